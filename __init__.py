@@ -1,0 +1,30 @@
+"""clonefleet: run counted batches of LLM subagents as Ray actors.
+
+The public API is :class:`Fleet` (a facade over the scheduler actor), :class:`AgentDefinition`
+(definitions made in code) and the error tree in :mod:`clonefleet.errors`. Importing this package
+does not import Ray; the Ray-facing parts load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+__all__ = ["AgentDefinition", "Fleet", "__version__"]
+
+if TYPE_CHECKING:
+    from .definitions import AgentDefinition
+    from ._fleet import Fleet
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: keeps `import clonefleet` (and the pure core) free of Ray.
+    if name == "Fleet":
+        from ._fleet import Fleet
+
+        return Fleet
+    if name == "AgentDefinition":
+        from .definitions import AgentDefinition
+
+        return AgentDefinition
+    raise AttributeError(name)

@@ -1,0 +1,187 @@
+"""The Python API: :class:`Fleet`, a facade over the scheduler actor.
+
+A :class:`Fleet` connects to Ray (embedded by default), finds or creates the named scheduler
+actor, plans batches on the caller's side (definitions, rendering) and forwards job control.
+Ray's own errors never reach the caller: ours come back unwrapped, system errors become
+:class:`~clonefleet.errors.ClusterError`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .actors._sim import SimScript
+from .cluster import ClusterConfig, ClusterSession
+from .config import Config, load_config
+from .errors import ClonefleetError, ClusterError
+
+__all__ = ["Batch", "Fleet"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Batch:
+    """A submitted batch: its id and one job id per clone, in clone order."""
+
+    batch_id: str
+    job_ids: tuple[str, ...]
+
+
+class Fleet:
+    """Run and control subagent batches.
+
+    Args:
+        address: Ray address (``None`` = embedded local Ray, or ``RAY_ADDRESS``).
+        config: a :class:`Config`, a path to a config file, or ``None`` to discover one.
+        cwd: the caller's directory (definitions in ``.clonefleet/subagents/`` are found here).
+        num_cpus: CPUs of an embedded Ray instance.
+
+    Raises:
+        ClusterError: Ray cannot be started or reached.
+        ConfigError: the config file is invalid.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        config: Config | str | os.PathLike[str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        num_cpus: int | None = None,
+        max_concurrency: int | None = None,
+    ) -> None:
+        self.cwd = Path(cwd or Path.cwd()).resolve()
+        self.config = config if isinstance(config, Config) else load_config(config, self.cwd)
+        self._session = ClusterSession(ClusterConfig(address=address, num_cpus=num_cpus)).start()
+        from .scheduler.remote import get_or_create_scheduler
+
+        cap = max_concurrency or self.config.limits.max_concurrency
+        self._sched = get_or_create_scheduler(cap)
+        self._call("ping", timeout_s=120)
+
+    @property
+    def embedded(self) -> bool:
+        return self._session.embedded
+
+    def _call(self, method: str, *args: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+        try:
+            return ray.get(getattr(self._sched, method).remote(*args, **kwargs), timeout=timeout_s)
+        except RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ClonefleetError):
+                raise cause from None
+            raise ClusterError(f"scheduler call {method} failed: {exc}") from None
+        except (RayActorError, GetTimeoutError) as exc:
+            raise ClusterError(f"the scheduler is unavailable ({type(exc).__name__}); is the cluster up?") from None
+
+    # -- batches -------------------------------------------------------------------------
+    def spawn(
+        self,
+        agent: str,
+        prompt: str,
+        count: int = 1,
+        *,
+        model: str | None = None,
+        cwd: str | None = None,
+        approve_chdir: bool = False,
+        variables: Mapping[str, str] | None = None,
+        subagents_dirs: Sequence[str] = (),
+        sim_script: SimScript | str | None = None,
+        clones_per_actor: int | None = None,
+        max_concurrency: int | None = None,
+    ) -> Batch:
+        """Validate, render and start a counted batch of ``count`` clones of ``agent``.
+
+        Nothing starts unless every clone rendered.
+
+        Raises:
+            UsageError: bad count, cwd or model.
+            DefinitionError: unknown or invalid agent, render failure.
+        """
+        from .definitions import load_catalog
+        from .scheduler import BatchRequest, BatchSubmission, check_count, plan_specs
+
+        check_count(count, self.config)
+        script = SimScript.load(sim_script) if isinstance(sim_script, str) else sim_script
+        req = BatchRequest(
+            agent=agent,
+            prompt=prompt,
+            count=count,
+            model=model,
+            cwd=cwd,
+            approve_chdir=approve_chdir,
+            variables=dict(variables or {}),
+            subagents_dirs=tuple(subagents_dirs),
+            sim_script=script,
+            clones_per_actor=clones_per_actor,
+            max_concurrency=max_concurrency,
+        )
+        catalog = load_catalog(self.cwd, [Path(d) for d in subagents_dirs], self.config)
+        catalog.get(agent)  # unknown agent: fail before reserving anything
+        batch_id, job_ids = self._call("reserve_ids", count)
+        specs = plan_specs(req, catalog, self.config, batch_id=batch_id, job_ids=job_ids, caller_cwd=self.cwd)
+        sub = BatchSubmission(
+            batch_id=batch_id,
+            specs=specs,
+            config=self.config,
+            sim_script=script,
+            clones_per_actor=clones_per_actor or self.config.limits.clones_per_actor,
+            max_concurrency=max_concurrency,
+        )
+        out = self._call("submit", sub)
+        return Batch(batch_id=out["batch_id"], job_ids=tuple(out["job_ids"]))
+
+    # -- job control ---------------------------------------------------------------------
+    def job_status(self, job_id: str) -> dict[str, Any]:
+        return self._call("job_status", job_id)
+
+    def job_result(self, job_id: str) -> dict[str, Any]:
+        """The finished job's record; ``UsageError`` while it runs."""
+        return self._call("job_result", job_id)
+
+    def job_cancel(self, job_id: str) -> dict[str, Any]:
+        """Cancel a job and its descendants (idempotent)."""
+        return self._call("job_cancel", job_id)
+
+    def job_block(self, job_ids: Sequence[str], wait_seconds: float | None = None, timeout_seconds: float | None = None) -> dict[str, Any]:
+        """Wait for every job (or batch id) to finish, or the time to run out."""
+        return self._call("job_block", list(job_ids), wait_seconds, timeout_seconds)
+
+    def list_jobs(self, **filters: Any) -> dict[str, Any]:
+        return self._call("list_jobs", **filters)
+
+    def expand(self, ids: Sequence[str]) -> list[str]:
+        return self._call("expand", list(ids))
+
+    def events(self, target: str | None = None, *, cursor: int = 0, level: str = "lifecycle", wait_s: float = 0.0) -> dict[str, Any]:
+        """Events after ``cursor``: ``{events: [...], cursor: next}``."""
+        return self._call("events", target=target, cursor=cursor, level=level, wait_s=wait_s)
+
+    def follow(self, target: str, *, level: str = "lifecycle", wait_s: float = 0.5) -> Iterator[dict[str, Any]]:
+        """Yield events of ``target`` as they come, until all its jobs have ended."""
+        cursor = 0
+        ids = self.expand([target])
+        while True:
+            page = self.events(target, cursor=cursor, level=level, wait_s=wait_s)
+            cursor = page["cursor"]
+            yield from page["events"]
+            if not page["events"] and self.job_block(ids, wait_seconds=0)["done"]:
+                tail = self.events(target, cursor=cursor, level=level)
+                yield from tail["events"]
+                return
+
+    def close(self) -> None:
+        """Disconnect; an embedded Ray instance (and its actors) stops here."""
+        self._session.stop()
+
+    def __enter__(self) -> Fleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,116 @@
+"""Model-group failover: one clone's cursor over its candidate models (SPEC §3.1).
+
+The cursor starts at the clone's own candidate (clone *i* at *i mod len(group)*). A transient
+failure is retried on the same candidate with backoff (honouring ``Retry-After``), then the
+cursor moves on; a non-transient failure moves on at once. After a success the cursor stays.
+When the group and every fallback have failed, :class:`AllModelsFailed` lists each last failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+
+from ..errors import AllModelsFailed, ModelError, ModelTimeout
+from ._types import Model, ModelRequest, ModelResponse
+
+__all__ = ["Candidate", "FailoverModel", "backoff_s"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Candidate:
+    """One model the clone may use."""
+
+    key: str
+    """The config name (``sim-small``, ``small``); what events and results report."""
+    wire_name: str
+    """The name sent to the provider."""
+    model: Model
+    max_retries: int = 2
+    timeout_s: float = 60.0
+    """Overall deadline of one attempt, in seconds."""
+
+
+def backoff_s(attempt: int, retry_after_s: float | None, *, base_s: float = 0.25, cap_s: float = 8.0) -> float:
+    """Delay before retry number ``attempt`` (0-based); ``Retry-After`` wins when given."""
+    if retry_after_s is not None:
+        return min(max(retry_after_s, 0.0), 60.0)
+    return min(base_s * (2**attempt), cap_s)
+
+
+OnFailover = Callable[[str, str, str], None]
+"""Called as ``(from_model, to_model, reason)`` when the cursor moves."""
+
+
+class FailoverModel:
+    """A :class:`Model` that walks a clone's candidates with retries and failover."""
+
+    def __init__(
+        self,
+        candidates: Sequence[Candidate],
+        *,
+        start: int = 0,
+        fallbacks: Sequence[Candidate] = (),
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_failover: OnFailover | None = None,
+    ) -> None:
+        if not candidates:
+            raise ValueError("a model group needs at least one candidate")
+        self._candidates = list(candidates)
+        self._fallbacks = list(fallbacks)
+        self._cursor = start % len(self._candidates)
+        self._sleep = sleep
+        self._on_failover = on_failover
+
+    @property
+    def current(self) -> str:
+        """Key of the candidate the next request goes to."""
+        return self._order()[0].key
+
+    def reset(self, start: int = 0) -> None:
+        """Select the group again: the cursor returns to ``start``."""
+        self._cursor = start % len(self._candidates)
+
+    def _order(self) -> list[Candidate]:
+        group = self._candidates[self._cursor :] + self._candidates[: self._cursor]
+        return group + self._fallbacks
+
+    async def request(self, req: ModelRequest) -> ModelResponse:
+        """Send ``req`` to the current candidate, failing over as SPEC §3.1 says.
+
+        Raises:
+            AllModelsFailed: every candidate and fallback failed.
+        """
+        failures: dict[str, str] = {}
+        order = self._order()
+        for position, cand in enumerate(order):
+            try:
+                resp = await self._attempts(cand, req)
+            except ModelError as exc:
+                failures[cand.key] = str(exc) or type(exc).__name__
+                if position + 1 < len(order) and self._on_failover:
+                    self._on_failover(cand.key, order[position + 1].key, failures[cand.key])
+                continue
+            self._settle(cand)
+            return replace(resp, model=cand.key)
+        raise AllModelsFailed(failures)
+
+    def _settle(self, cand: Candidate) -> None:
+        if cand in self._candidates:
+            self._cursor = self._candidates.index(cand)
+
+    async def _attempts(self, cand: Candidate, req: ModelRequest) -> ModelResponse:
+        wire = replace(req, model=cand.wire_name)
+        for attempt in range(cand.max_retries + 1):
+            try:
+                async with asyncio.timeout(cand.timeout_s):
+                    return await cand.model.request(wire)
+            except TimeoutError:
+                err: ModelError = ModelTimeout(f"no complete response within {cand.timeout_s:g}s")
+            except ModelError as exc:
+                err = exc
+            if not err.retryable or attempt == cand.max_retries:
+                raise err
+            await self._sleep(backoff_s(attempt, err.retry_after_s))
+        raise AssertionError("unreachable")

@@ -1,0 +1,158 @@
+"""Clone hosting: many clones as concurrent loops in one process (no Ray here).
+
+:class:`HostCore` runs each clone of a :class:`CloneSpec` as its own asyncio task with its own
+context, failover cursor and lifecycle, sharing one :class:`ProviderPool` (and so one HTTP
+connection pool) across them. Events of every clone collect in one buffer that the scheduler
+drains; a clone's final event carries its :class:`RunResult`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..config import Config
+from ._loop import Clone
+from ._providers import ProviderPool
+from ._sim import SimScript
+from ._spec import CloneSpec, RunResult, StopReason, stop_error
+
+__all__ = ["HostCore", "FINAL_EVENT"]
+
+FINAL_EVENT = "_final"
+"""Internal event type whose ``result`` is a finished job's ``RunResult.to_json()``."""
+
+
+class HostCore:
+    """Runs clones as tasks and buffers their events for the scheduler.
+
+    Args:
+        config: the fleet config (providers, models).
+        sim_script: a simulation script shared by every clone of this host.
+        max_buffer: events kept before the oldest non-final ones are dropped (``dropped`` counts).
+    """
+
+    def __init__(self, config: Config, *, sim_script: SimScript | None = None, max_buffer: int = 200_000) -> None:
+        self.pool = ProviderPool(config, sim_script=sim_script)
+        self._tasks: dict[str, asyncio.Task[RunResult]] = {}
+        self._clones: dict[str, Clone] = {}
+        self._events: list[dict[str, Any]] = []
+        self._wakeup = asyncio.Event()
+        self._max_buffer = max_buffer
+        self.dropped = 0
+        self.started_at: dict[str, float] = {}
+
+    def _push(self, job_id: str, event: dict[str, Any]) -> None:
+        if len(self._events) >= self._max_buffer and event["type"] != FINAL_EVENT:
+            self.dropped += 1
+            return
+        self._events.append({"job_id": job_id, "event": event})
+        self._wakeup.set()
+
+    def start(self, specs: Sequence[CloneSpec]) -> None:
+        """Start one task per spec; returns at once."""
+        for spec in specs:
+            if spec.job_id in self._tasks:
+                continue
+            self.started_at[spec.job_id] = time.time()
+            self._tasks[spec.job_id] = asyncio.get_running_loop().create_task(self._run(spec), name=spec.job_id)
+
+    async def _run(self, spec: CloneSpec) -> RunResult:
+        def emit(event: dict[str, Any], job_id: str = spec.job_id) -> None:
+            self._push(job_id, event)
+
+        def on_failover(src: str, dst: str, reason: str) -> None:
+            emit({"type": "model_failover", "ts": time.time(), "from": src, "to": dst, "reason": reason[:500]})
+
+        try:
+            clone = Clone(spec, self.pool.failover_for(spec, on_failover), emit=emit)
+            self._clones[spec.job_id] = clone
+            result = await clone.run()
+        except asyncio.CancelledError:
+            result = _cancelled(spec)
+        except Exception as exc:  # building the clone failed (bad model name, provider config)
+            result = _abnormal(spec, f"{type(exc).__name__}: {exc}")
+        finally:
+            self._clones.pop(spec.job_id, None)
+        emit({"type": FINAL_EVENT, "ts": time.time(), "result": result.to_json()})
+        return result
+
+    def cancel(self, job_ids: Sequence[str]) -> list[str]:
+        """Cancel running clones; returns the ids that were still running here."""
+        hit = []
+        for job_id in job_ids:
+            task = self._tasks.get(job_id)
+            if task is None or task.done():
+                continue
+            clone = self._clones.get(job_id)
+            if clone is not None:
+                clone.request_cancel()
+            task.cancel()
+            hit.append(job_id)
+        return hit
+
+    async def drain(self, wait_s: float = 1.0, max_events: int = 20_000) -> list[dict[str, Any]]:
+        """Return buffered events, waiting up to ``wait_s`` for the first one."""
+        if not self._events:
+            self._wakeup.clear()
+            try:
+                async with asyncio.timeout(wait_s):
+                    await self._wakeup.wait()
+            except TimeoutError:
+                return []
+        out, self._events = self._events[:max_events], self._events[max_events:]
+        if not self._events:
+            self._wakeup.clear()
+        return out
+
+    @property
+    def running(self) -> int:
+        return sum(1 for t in self._tasks.values() if not t.done())
+
+    async def aclose(self) -> None:
+        for task in self._tasks.values():
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        await self.pool.aclose()
+
+
+def _ended(spec: CloneSpec, status: str, reason: StopReason, outcome: str, detail: str = "") -> RunResult:
+    return RunResult(
+        job_id=spec.job_id,
+        batch_id=spec.batch_id,
+        agent=spec.agent,
+        clone_index=spec.clone_index,
+        status=status,
+        stop_reason=reason,
+        outcome=outcome,
+        result=None,
+        warnings=spec.warnings,
+        error=stop_error(reason, detail),
+    )
+
+
+def _cancelled(spec: CloneSpec) -> RunResult:
+    return _ended(spec, "cancelled", StopReason.CANCELLED, "cancelled")
+
+
+def _abnormal(spec: CloneSpec, detail: str) -> RunResult:
+    return _ended(spec, "failed", StopReason.ABNORMAL, "failure", detail)
+
+
+def crashed_result(spec_fields: dict[str, Any], detail: str) -> dict[str, Any]:
+    """The ``run --json`` record of a job whose host died (used by the scheduler)."""
+    return {
+        **spec_fields,
+        "status": "failed",
+        "stop_reason": str(StopReason.ABNORMAL),
+        "outcome": "failure",
+        "result": None,
+        "salvaged": False,
+        "nonconforming": False,
+        "concerns": [],
+        "error": stop_error(StopReason.ABNORMAL, detail),
+        "turns": 0,
+        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
+    }

@@ -1,0 +1,362 @@
+"""The clone's agent loop: a plain async class, runnable without Ray.
+
+:class:`Clone` owns one clone's context, tool surface, exit judge and usage; it talks to a
+:class:`~clonefleet.actors.Model` (usually a :class:`FailoverModel`) and reports through an
+``emit`` callback. It knows nothing of actors, the scheduler or the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import AllModelsFailed, ModelError, ToolRetry
+from ._exit import ExitJudge, Outcome, Verdict
+from ._spec import CloneSpec, RunResult, StopReason, stop_error
+from ._tools import BUILTIN_TOOLS, Tool, ToolContext
+from ._types import Message, Model, ModelRequest, ModelResponse, Role, ToolCall, ToolSpec, Usage
+
+__all__ = ["BASE_PROMPT", "Clone", "Emit"]
+
+Emit = Callable[[dict[str, Any]], None]
+"""Receives each clone event (a JSON-able dict with a ``type``)."""
+InboxFn = Callable[[], Awaitable[Sequence[tuple[str, str]]]]
+"""Returns pending inbox deliveries as ``(delivery_id, text)``, in order."""
+
+BASE_PROMPT = (
+    "You are a subagent: a bounded delegate that completes one task and reports back. Work only "
+    "inside your launch directory. Use `progress_update` for brief status snapshots; they are not "
+    "a result channel. When the task is done, call `exit_tool` with your result."
+)
+
+_CONTROL_SPECS = {
+    "progress_update": ToolSpec(
+        name="progress_update",
+        description="Record a brief status snapshot for the caller (not a result channel).",
+        parameters={"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]},
+    ),
+    "tool_search": ToolSpec(
+        name="tool_search",
+        description="Look up deferred tools by name or keyword; found tools become callable.",
+        parameters={"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+    ),
+    "switch_facet": ToolSpec(name="switch_facet", description="Not available to subagents.", parameters={"type": "object"}),
+}
+
+
+@dataclass(slots=True)
+class _Ending:
+    """How the run ends, decided by a step; ``None`` fields keep defaults."""
+
+    reason: StopReason
+    result: Any = None
+    outcome: str | None = None
+    detail: str = ""
+    salvaged: bool = False
+
+
+class Clone:
+    """One clone's agent loop.
+
+    Args:
+        spec: the rendered launch metadata.
+        model: the clone's model (with its failover cursor).
+        emit: event sink; called synchronously, must not block.
+        inbox: optional coroutine returning pending deliveries at each turn boundary.
+        checkpoint: optional coroutine called after each turn with the clone's state.
+        clock: monotonic clock, injected for tests.
+    """
+
+    def __init__(
+        self,
+        spec: CloneSpec,
+        model: Model,
+        *,
+        emit: Emit | None = None,
+        inbox: InboxFn | None = None,
+        checkpoint: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.spec, self.model = spec, model
+        self._emit_fn = emit or (lambda event: None)
+        self._inbox, self._checkpoint, self._clock = inbox, checkpoint, clock
+        self.tools = self._tool_table()
+        self._visible = self._initially_visible()
+        self.messages: list[Message] = self._initial_messages()
+        self.judge = ExitJudge(spec.exit_schema)
+        self.usage = Usage()
+        self.turns = 0
+        self.progress: dict[str, Any] | None = None
+        self.model_name: str | None = spec.candidates[spec.start % len(spec.candidates)] if spec.candidates else None
+        self.warnings: list[str] = list(spec.warnings)
+        self._cancel_requested = False
+
+    # -- setup ---------------------------------------------------------------------------
+    def _tool_table(self) -> dict[str, Tool]:
+        table = {name: BUILTIN_TOOLS[name] for name in self.spec.tools if name in BUILTIN_TOOLS}
+        table.update({t.name: t for t in self.spec.extra_tools})
+        return table
+
+    def _initially_visible(self) -> set[str]:
+        if not self.spec.undeferred_tools:
+            return set(self.tools)
+        return {n for n in self.spec.undeferred_tools if n in self.tools}
+
+    def _initial_messages(self) -> list[Message]:
+        system = f"{BASE_PROMPT}\n\n{self.spec.instructions}".rstrip()
+        deferred = sorted(set(self.tools) - self._visible)
+        if deferred:
+            system += "\n\nDeferred tools (load with tool_search): " + ", ".join(deferred)
+        msgs = [Message(role=Role.SYSTEM, content=system, pinned=True)]
+        msgs += [Message(role=Role.USER, content=f"[skill {name}]\n{body}", pinned=True) for name, body in self.spec.skills]
+        msgs.append(Message(role=Role.USER, content=self.spec.task))
+        return msgs
+
+    def _emit(self, type_: str, **fields: Any) -> None:
+        self._emit_fn({"type": type_, "ts": time.time(), **fields})
+
+    def request_cancel(self) -> None:
+        """Mark the coming cancellation as ours (so it ends ``cancelled``, not abnormal)."""
+        self._cancel_requested = True
+
+    # -- the loop ------------------------------------------------------------------------
+    async def run(self) -> RunResult:
+        """Run the clone to its end.
+
+        Steps of each turn:
+          1. take pending inbox deliveries as user messages (in order, once each);
+          2. compact the context when it passed its budget;
+          3. call the model (failover and retries inside the model);
+          4. decide: a refusal declines, plain text completes;
+          5. run the tool calls (parallel-safe ones concurrently), judging ``exit_tool``;
+          6. checkpoint and check the turn and token budgets.
+
+        Returns:
+            the :class:`RunResult`; a run never raises for model or tool failures.
+        """
+        self._emit("started", agent=self.spec.agent, clone_index=self.spec.clone_index, model=self.model_name)
+        try:
+            ending = await self._turns()
+        except asyncio.CancelledError:
+            if not self._cancel_requested:
+                raise
+            ending = _Ending(StopReason.CANCELLED, outcome=Outcome.CANCELLED)
+        except AllModelsFailed as exc:
+            ending = _Ending(StopReason.FAILED, detail=str(exc))
+        except Exception as exc:  # a bug in a tool or the loop must still end the job
+            ending = _Ending(StopReason.ABNORMAL, detail=f"{type(exc).__name__}: {exc}")
+        return self._finish(ending)
+
+    async def _turns(self) -> _Ending:
+        while True:
+            await self._take_deliveries()
+            self._maybe_compact()
+            response = await self._call_model()
+            ending = self._decide(response)
+            if ending is None:
+                ending = await self._run_tools(response.tool_calls)
+            await self._after_turn()
+            if ending is not None:
+                return ending
+            ending = self._budget_check()
+            if ending is not None:
+                return ending
+
+    async def _take_deliveries(self) -> None:
+        if self._inbox is None:
+            return
+        for delivery_id, text in await self._inbox():
+            self.messages.append(Message(role=Role.USER, content=text))
+            self._emit("message_delivered", delivery_id=delivery_id)
+
+    async def _call_model(self) -> ModelResponse:
+        visible = [self.tools[n].spec for n in sorted(self._visible)]
+        control = [_CONTROL_SPECS["progress_update"], self._exit_spec()]
+        if set(self.tools) - self._visible:
+            control.append(_CONTROL_SPECS["tool_search"])
+        req = ModelRequest(
+            model=self.model_name or "",
+            messages=tuple(self.messages),
+            tools=tuple(visible + control),
+            metadata={"clone_index": self.spec.clone_index, "batch_id": self.spec.batch_id, "job_id": self.spec.job_id},
+        )
+        before = getattr(self.model, "current", None)
+        try:
+            response = await self.model.request(req)
+        except AllModelsFailed:
+            raise
+        except ModelError as exc:  # a bare model (no failover layer) failing for good
+            raise AllModelsFailed({self.model_name or "model": str(exc)}) from exc
+        self.turns += 1
+        self.usage = self.usage + response.usage
+        self.model_name = response.model or before or self.model_name
+        self._emit("usage", turn=self.turns, model=self.model_name, **response.usage.to_json())
+        self.messages.append(Message(role=Role.ASSISTANT, content=response.text, tool_calls=response.tool_calls))
+        if response.text:
+            self._emit("assistant", text=response.text[:2000])
+        return response
+
+    def _exit_spec(self) -> ToolSpec:
+        return ToolSpec(name="exit_tool", description="Finish the task and return your result.", parameters=self.spec.exit_schema)
+
+    def _decide(self, response: ModelResponse) -> _Ending | None:
+        if response.refusal:
+            return _Ending(StopReason.DECLINED, detail=response.text)
+        if response.tool_calls:
+            return None
+        if self.spec.exit_schema_declared:
+            self.warnings.append("the subagent finished without calling exit_tool: the declared structured result was not produced")
+        return _Ending(StopReason.COMPLETED, result=response.text, outcome=Outcome.SUCCESS)
+
+    async def _run_tools(self, calls: Sequence[ToolCall]) -> _Ending | None:
+        ending: _Ending | None = None
+        parallel = [c for c in calls if c.name in self.tools and self.tools[c.name].parallel_safe]
+        results: dict[str, Message] = {}
+        if len(parallel) > 1:
+            async with asyncio.TaskGroup() as tg:
+                tasks = {c.id: tg.create_task(self._run_one(c)) for c in parallel}
+            results = {cid: t.result() for cid, t in tasks.items()}
+        for call in calls:
+            if call.name == "exit_tool":
+                message, ending = self._exit_call(call)
+            elif call.id in results:
+                message = results[call.id]
+            else:
+                message = await self._run_one(call)
+            self.messages.append(message)
+            if ending is not None:
+                break
+        return ending
+
+    async def _run_one(self, call: ToolCall) -> Message:
+        self._emit("tool_call_start", tool=call.name, call_id=call.id)
+        try:
+            text, is_error = await self._dispatch(call), False
+        except ToolRetry as exc:
+            text, is_error = f"Error: {exc}", True
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            text, is_error = f"Error: {type(exc).__name__}: {exc}", True
+        self._emit("tool_call_end", tool=call.name, call_id=call.id, is_error=is_error)
+        if call.name != "exit_tool":
+            self.judge.note_other_activity()
+        return Message(role=Role.TOOL, content=text, tool_call_id=call.id, name=call.name, is_error=is_error)
+
+    async def _dispatch(self, call: ToolCall) -> str:
+        if call.name == "progress_update":
+            return self._progress(call.arguments)
+        if call.name == "tool_search":
+            return self._tool_search(str(call.arguments.get("query", "")))
+        if call.name == "switch_facet":
+            raise ToolRetry("switch_facet is not available to subagents: a subagent's facet is fixed for the run")
+        tool = self.tools.get(call.name)
+        if tool is None or call.name not in self._visible:
+            hint = " (it is deferred: load it with tool_search)" if tool is not None else ""
+            raise ToolRetry(f"unknown tool {call.name!r}{hint}")
+        return await tool.run(call.arguments, ToolContext(root=Path(self.spec.cwd)))
+
+    def _progress(self, args: dict[str, Any]) -> str:
+        self.progress = dict(args)
+        self._emit("progress", progress=self.progress)
+        return "progress recorded"
+
+    def _tool_search(self, query: str) -> str:
+        q = query.lower()
+        found = [t for n, t in self.tools.items() if n not in self._visible and (q in n.lower() or q in t.spec.description.lower())]
+        self._visible.update(t.name for t in found)
+        if not found:
+            return "no deferred tool matches"
+        return json.dumps([{"name": t.name, "description": t.spec.description, "parameters": t.spec.parameters} for t in found])
+
+    def _exit_call(self, call: ToolCall) -> tuple[Message, _Ending | None]:
+        self._emit("tool_call_start", tool="exit_tool", call_id=call.id)
+        decision = self.judge.judge(call.arguments)
+        ending: _Ending | None = None
+        if decision.verdict is Verdict.ACCEPT:
+            ending = _Ending(StopReason.COMPLETED, result=call.arguments, outcome=decision.outcome)
+        elif decision.verdict is Verdict.SALVAGE:
+            ending = _Ending(StopReason.COMPLETED, result=call.arguments, outcome=Outcome.SUCCESS, salvaged=True)
+        elif decision.verdict is Verdict.BREAK:
+            ending = _Ending(StopReason.ABNORMAL, detail=decision.error or "no progress")
+        is_error = decision.verdict in (Verdict.RETRY, Verdict.BREAK)
+        self._emit("tool_call_end", tool="exit_tool", call_id=call.id, is_error=is_error)
+        text = decision.error if is_error else "accepted"
+        return Message(role=Role.TOOL, content=text or "", tool_call_id=call.id, name="exit_tool", is_error=is_error), ending
+
+    async def _after_turn(self) -> None:
+        if self._checkpoint is not None:
+            await self._checkpoint({"turns": self.turns, "messages": len(self.messages), "progress": self.progress})
+
+    def _budget_check(self) -> _Ending | None:
+        if self.turns >= self.spec.max_turns:
+            return _Ending(StopReason.TOKEN_LIMIT, detail=f"max_turns {self.spec.max_turns}")
+        if self.spec.max_tokens is not None and self.usage.total_tokens >= self.spec.max_tokens:
+            return _Ending(StopReason.TOKEN_LIMIT, detail=f"token budget {self.spec.max_tokens}")
+        return None
+
+    # -- compaction ----------------------------------------------------------------------
+    def context_tokens(self) -> int:
+        """A cheap estimate: four characters a token."""
+        return sum(len(m.content) + 40 * len(m.tool_calls) for m in self.messages) // 4
+
+    def _maybe_compact(self) -> None:
+        if self.context_tokens() <= self.spec.context_budget_tokens:
+            return
+        pinned = [m for m in self.messages if m.pinned and m.role is not Role.ASSISTANT]
+        rest = [m for m in self.messages if not m.pinned]
+        keep = _tail_from_user(rest, 4)
+        dropped = rest[: len(rest) - len(keep)]
+        if not dropped:
+            return
+        summary = " | ".join(f"{m.role}: {m.content[:80]}" for m in dropped if m.content)[:2000]
+        extra = [Message(role=Role.USER, content=f"[summary of {len(dropped)} earlier messages] {summary}", pinned=True)]
+        if self.progress is not None:
+            extra.append(Message(role=Role.USER, content=f"[latest progress] {json.dumps(self.progress)}", pinned=True))
+        pinned = [m for m in pinned if not m.content.startswith(("[summary of", "[latest progress]"))]
+        self.messages = pinned + extra + keep
+        self._emit("compaction", dropped=len(dropped), tokens=self.context_tokens())
+
+    # -- ending --------------------------------------------------------------------------
+    def _finish(self, ending: _Ending) -> RunResult:
+        reason = ending.reason
+        completed = reason is StopReason.COMPLETED
+        status = {StopReason.COMPLETED: "completed", StopReason.CANCELLED: "cancelled"}.get(reason, "failed")
+        outcome = ending.outcome if completed else (Outcome.CANCELLED if reason is StopReason.CANCELLED else Outcome.FAILURE)
+        concerns = ("exit payload salvaged after unrecognised status",) if ending.salvaged else ()
+        if ending.salvaged:
+            self.warnings.append("exit payload salvaged: status outside the recognised families")
+        result = RunResult(
+            job_id=self.spec.job_id,
+            batch_id=self.spec.batch_id,
+            agent=self.spec.agent,
+            clone_index=self.spec.clone_index,
+            status=status,
+            stop_reason=reason,
+            outcome=str(outcome) if outcome is not None else None,
+            result=ending.result if completed else None,
+            salvaged=ending.salvaged,
+            nonconforming=ending.salvaged,
+            concerns=concerns,
+            warnings=tuple(self.warnings),
+            error=stop_error(reason, ending.detail),
+            model=self.model_name,
+            turns=self.turns,
+            usage=self.usage.to_json(),
+        )
+        if not completed and ending.detail:
+            self._emit("error", stop_reason=str(reason), detail=ending.detail[:2000])
+        self._emit("result", **{k: v for k, v in result.to_json().items() if k in ("status", "stop_reason", "outcome", "error")})
+        return result
+
+
+def _tail_from_user(messages: list[Message], n: int) -> list[Message]:
+    """The last ``n``-ish messages, widened so a tool result never loses its assistant call."""
+    start = max(len(messages) - n, 0)
+    while start > 0 and messages[start].role is Role.TOOL:
+        start -= 1
+    return messages[start:]
+

@@ -1,0 +1,86 @@
+"""Ray shells of the clone side: :class:`CloneHostActor` and its facade :class:`CloneHost`.
+
+The actor only turns picklable specs into live objects and forwards calls to
+:class:`~clonefleet.actors._host.HostCore`; the facade turns Ray's system errors into ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+from ..config import Config
+from ..errors import ClusterError
+from ._host import HostCore
+from ._sim import SimScript
+from ._spec import CloneSpec
+
+__all__ = ["CloneHost", "CloneHostActor"]
+
+
+@ray.remote(num_cpus=0, max_concurrency=64, max_restarts=0)
+class CloneHostActor:
+    """Hosts many clones as asyncio tasks in one worker process."""
+
+    def __init__(self, config: Config, sim_script: SimScript | None = None) -> None:
+        self._config, self._script = config, sim_script
+        self._core: HostCore | None = None
+
+    def _host(self) -> HostCore:
+        # Loop-bound objects (events, HTTP clients) are made on first use inside the actor's loop.
+        if self._core is None:
+            self._core = HostCore(self._config, sim_script=self._script)
+        return self._core
+
+    async def start(self, specs: list[CloneSpec]) -> int:
+        self._host().start(specs)
+        return len(specs)
+
+    async def cancel(self, job_ids: list[str]) -> list[str]:
+        return self._host().cancel(job_ids)
+
+    async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
+        return await self._host().drain(wait_s)
+
+    async def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    async def aclose(self) -> None:
+        if self._core is not None:
+            await self._core.aclose()
+
+
+class CloneHost:
+    """Facade over one :class:`CloneHostActor`: awaitables in, our errors out."""
+
+    def __init__(self, handle: Any, host_id: str) -> None:
+        self.handle, self.host_id = handle, host_id
+
+    @classmethod
+    def create(cls, host_id: str, config: Config, sim_script: SimScript | None, *, options: dict[str, Any] | None = None) -> CloneHost:
+        handle = CloneHostActor.options(name=None, **(options or {})).remote(config, sim_script)
+        return cls(handle, host_id)
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        try:
+            return await getattr(self.handle, method).remote(*args)
+        except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
+            raise ClusterError(f"clone host {self.host_id} is gone: {type(exc).__name__}") from None
+
+    async def start(self, specs: Sequence[CloneSpec]) -> int:
+        return await self._call("start", list(specs))
+
+    async def cancel(self, job_ids: Sequence[str]) -> list[str]:
+        return await self._call("cancel", list(job_ids))
+
+    async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
+        return await self._call("drain", wait_s)
+
+    async def node_id(self) -> str:
+        return await self._call("node_id")
+
+    def kill(self) -> None:
+        ray.kill(self.handle, no_restart=True)

@@ -1,0 +1,281 @@
+"""The ``clonefleet`` command line (SPEC §7).
+
+Each sub-command parses its arguments, calls the Python API and prints either for people (a live
+display on a terminal, a summary table) or, with ``--json``, for scripts. Exit status: 0 when
+every job completed with outcome success, 1 otherwise, 2 for usage or definition errors (with
+nothing started).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from .errors import ClonefleetError, ConfigError, DefinitionError, UsageError
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _var(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--var takes KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _count(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--count takes a whole number, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="clonefleet",
+        description="Run counted batches of LLM subagents as Ray actors (embedded local Ray and a simulated model by default).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run a counted batch of one subagent", description="Launch COUNT clones of AGENT, each its own job, and wait for them.")
+    run.add_argument("agent", metavar="AGENT", help="definition name (see `clonefleet agents`)")
+    run.add_argument("--prompt", required=True, help="the task; rendered per clone as a template for native definitions")
+    run.add_argument("--count", type=_count, default=1, help="number of clones (default 1, at most limits.max_count)")
+    run.add_argument("--model", help="model, alias or @mg:GROUP overriding the definition's")
+    run.add_argument("--cwd", help="launch directory (default: the current directory)")
+    run.add_argument("--allow-chdir", action="store_true", help="approve a --cwd outside the current directory")
+    run.add_argument("--var", type=_var, action="append", default=[], metavar="K=V", help="template variable (repeatable)")
+    run.add_argument("--subagents-dir", action="append", default=[], metavar="DIR", help="extra definitions directory (repeatable)")
+    run.add_argument("--config", metavar="FILE", help="config file (default: .clonefleet/config.yaml, then ~/.config/clonefleet/config.yaml)")
+    run.add_argument("--address", help="Ray address: auto, ray://host:port (default: embedded local Ray, or RAY_ADDRESS)")
+    run.add_argument("--sim-script", metavar="FILE", help="script file for the simulated provider (per-clone steps)")
+    run.add_argument("--clones-per-actor", type=int, metavar="K", help="clones hosted per Ray actor (1 = a process per clone)")
+    run.add_argument("--max-concurrency", type=int, metavar="N", help="jobs of this batch running at once")
+    run.add_argument("--json", action="store_true", help="print one JSON object per job as it ends")
+
+    val = sub.add_parser("validate", help="check definition files", description="Load definitions and report errors and warnings.")
+    val.add_argument("paths", nargs="*", metavar="PATH", help="definition files or directories (default: everything discovered)")
+    val.add_argument("--subagents-dir", action="append", default=[], metavar="DIR")
+    val.add_argument("--config", metavar="FILE")
+    val.add_argument("--json", action="store_true")
+
+    agents = sub.add_parser("agents", help="list available subagent definitions")
+    agents.add_argument("--subagents-dir", action="append", default=[], metavar="DIR")
+    agents.add_argument("--config", metavar="FILE")
+    agents.add_argument("--json", action="store_true")
+
+    prov = sub.add_parser("provider", help="model provider tools")
+    prov_sub = prov.add_subparsers(dest="provider_command", required=True, metavar="ACTION")
+    serve = prov_sub.add_parser("serve", help="serve the simulated model as an OpenAI-compatible server on 127.0.0.1")
+    serve.add_argument("--port", type=int, required=True)
+    serve.add_argument("--latency-ms", type=float, default=0.0)
+    serve.add_argument("--fail-rate", type=float, default=0.0)
+    serve.add_argument("--rate-429", type=float, default=0.0)
+    serve.add_argument("--script", metavar="FILE")
+    serve.add_argument("--seed", type=int, default=0)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = {"run": cmd_run, "validate": cmd_validate, "agents": cmd_agents, "provider": cmd_provider}[args.command]
+    try:
+        return handler(args)
+    except (UsageError, DefinitionError, ConfigError) as exc:
+        print(f"clonefleet: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ClonefleetError as exc:
+        print(f"clonefleet: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("clonefleet: interrupted", file=sys.stderr)
+        return 130
+
+
+# -- run ---------------------------------------------------------------------------------
+def _preflight(args: argparse.Namespace) -> Any:
+    """Check config, definition and count before Ray starts: usage errors start nothing."""
+    from .actors import SimScript
+    from .config import load_config
+    from .definitions import load_catalog
+    from .scheduler import check_count
+
+    config = load_config(args.config)
+    check_count(args.count, config)
+    catalog = load_catalog(Path.cwd(), [Path(d) for d in args.subagents_dir], config)
+    catalog.get(args.agent)
+    script = SimScript.load(args.sim_script) if args.sim_script else None
+    return config, script
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config, script = _preflight(args)
+    from ._fleet import Fleet
+
+    started = time.monotonic()
+    fleet = Fleet(args.address, config=config, max_concurrency=None)
+    try:
+        batch = fleet.spawn(
+            args.agent,
+            args.prompt,
+            args.count,
+            model=args.model,
+            cwd=args.cwd,
+            approve_chdir=args.allow_chdir,
+            variables=dict(args.var),
+            subagents_dirs=args.subagents_dir,
+            sim_script=script,
+            clones_per_actor=args.clones_per_actor,
+            max_concurrency=args.max_concurrency,
+        )
+        records = _watch(fleet, batch, as_json=args.json)
+    finally:
+        fleet.close()
+    if not args.json:
+        _summary(records, time.monotonic() - started)
+    ok = all(r["status"] == "completed" and r["outcome"] == "success" for r in records)
+    return EXIT_OK if ok and len(records) == len(batch.job_ids) else EXIT_FAILED
+
+
+class _Display:
+    """Progress for people: a live bar on a terminal, plain lines otherwise."""
+
+    def __init__(self, total: int, stream: TextIO) -> None:
+        self.total, self.stream = total, stream
+        self.done = self.failed = self.running = 0
+        self.latest = ""
+        self._live = None
+        self._last_plain = 0.0
+        if stream.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._live = Progress(
+                TextColumn("[bold]jobs"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                console=Console(file=stream), transient=False,
+            )
+            self._task = self._live.add_task("jobs", total=total, info="")
+            self._live.start()
+
+    def update(self, force: bool = False) -> None:
+        queued = self.total - self.done - self.running
+        info = f"running {self.running} queued {max(queued, 0)} failed {self.failed} {self.latest[:60]}"
+        if self._live is not None:
+            self._live.update(self._task, completed=self.done, info=info)
+        elif force or time.monotonic() - self._last_plain > 2.0:
+            self._last_plain = time.monotonic()
+            print(f"clonefleet: {self.done}/{self.total} done, {info}", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+
+def _watch(fleet: Any, batch: Any, *, as_json: bool) -> list[dict[str, Any]]:
+    """Follow the batch's events to the end; echo progress, print JSON records as jobs end."""
+    display = None if as_json else _Display(len(batch.job_ids), sys.stderr)
+    records: dict[str, dict[str, Any]] = {}
+    try:
+        for env in fleet.follow(batch.batch_id):
+            event = env["event"]
+            kind = event["type"]
+            if kind == "progress":
+                print(f"exec: progress {json.dumps(event.get('progress'))}", file=sys.stderr, flush=True)
+                if display:
+                    display.latest = f"{env['display_name']}: {event.get('progress', {}).get('summary', '')}"
+            elif kind == "started" and display:
+                display.running += 1
+            elif kind == "result":
+                record = event["record"]
+                records[record["job_id"]] = record
+                if as_json:
+                    print(json.dumps(record), flush=True)
+                elif display:
+                    display.running = max(display.running - 1, 0)
+                    display.done += 1
+                    display.failed += record["status"] != "completed" or record["outcome"] != "success"
+            if display:
+                display.update()
+    finally:
+        if display:
+            display.update(force=True)
+            display.close()
+    return [records[j] for j in batch.job_ids if j in records]
+
+
+def _summary(records: list[dict[str, Any]], elapsed_s: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(records)} jobs in {elapsed_s:.1f}s")
+    for col in ("job", "clone", "status", "outcome", "model", "turns", "result / error"):
+        table.add_column(col)
+    shown = records if len(records) <= 50 else records[:25] + records[-25:]
+    for r in shown:
+        result = r["error"] or (r["result"].get("summary") if isinstance(r["result"], dict) else r["result"])
+        table.add_row(r["job_id"], str(r["clone_index"]), r["status"], str(r["outcome"]), str(r["model"]), str(r["turns"]), str(result)[:80])
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    console = Console()
+    console.print(table)
+    console.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs")
+
+
+# -- definitions -------------------------------------------------------------------------
+def cmd_validate(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .definitions import validate_report
+
+    config = load_config(args.config)
+    report = validate_report([Path(p) for p in args.paths], [Path(d) for d in args.subagents_dir], Path.cwd(), config)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for d in report["definitions"]:
+            print(f"ok       {d['name']} ({d['dialect']}) {d['path'] or ''}")
+        for w in report["warnings"]:
+            print(f"warning  {w['path']}: {w['name']}: {w['message']}")
+        for e in report["errors"]:
+            print(f"error    {e['path']}: {e['reason']}: {e['message']}")
+    return EXIT_FAILED if report["errors"] else EXIT_OK
+
+
+def cmd_agents(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .definitions import agents_report, load_catalog
+
+    config = load_config(args.config)
+    report = agents_report(load_catalog(Path.cwd(), [Path(d) for d in args.subagents_dir], config))
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for col in ("name", "dialect", "description", "path"):
+        table.add_column(col)
+    for a in report["agents"]:
+        table.add_row(a["name"], a["dialect"], a["description"][:60], a["path"] or "(shipped)")
+    Console().print(table)
+    return EXIT_OK
+
+
+def cmd_provider(args: argparse.Namespace) -> int:
+    from .actors._simserver import serve_main
+
+    return serve_main(
+        port=args.port, latency_ms=args.latency_ms, fail_rate=args.fail_rate, rate_429=args.rate_429, script=args.script, seed=args.seed
+    )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Planning a batch: from (agent, prompt, count, options) to rendered clone specs.
+
+Runs on the client, where the definition files are, before anything is submitted: the count is
+checked, models resolved, tools resolved and every clone rendered, so one error rejects the whole
+batch and nothing starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..actors._sim import SimScript
+from ..actors._spec import CloneSpec
+from ..actors._tools import BUILTIN_TOOLS, CLAUDE_ALIASES
+from ..config import Config
+from ..definitions import DEFAULT_EXIT_SCHEMA, Catalog, Definition, render_batch
+from ..errors import ConfigError, UsageError
+
+__all__ = ["BatchRequest", "check_count", "plan_specs", "resolve_tools"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchRequest:
+    """What a caller asks for; see ``clonefleet run --help`` for each option."""
+
+    agent: str
+    prompt: str
+    count: int = 1
+    model: str | None = None
+    """``--model``: a model, alias or ``@mg:GROUP`` overriding the definition's."""
+    cwd: str | None = None
+    approve_chdir: bool = False
+    variables: Mapping[str, str] = field(default_factory=dict)
+    subagents_dirs: tuple[str, ...] = ()
+    sim_script: SimScript | None = None
+    clones_per_actor: int | None = None
+    max_concurrency: int | None = None
+    parent: str | None = None
+    depth: int = 0
+
+
+def check_count(count: Any, config: Config) -> int:
+    """Accept an integer ``1 <= count <= limits.max_count``.
+
+    Raises:
+        UsageError: zero, negative, not an integer, or above the limit.
+    """
+    if isinstance(count, bool) or not isinstance(count, int):
+        raise UsageError(f"count must be a whole number, got {count!r}")
+    if count < 1:
+        raise UsageError(f"count must be at least 1, got {count}")
+    if count > config.limits.max_count:
+        raise UsageError(f"count {count} is above limits.max_count ({config.limits.max_count}); raise it in the config to allow more")
+    return count
+
+
+def resolve_tools(defn: Definition) -> tuple[str, ...]:
+    """The built-in tools a clone of ``defn`` may call (``None`` tools = every built-in)."""
+    names = list(BUILTIN_TOOLS) if defn.tools is None else [CLAUDE_ALIASES.get(t, t) for t in defn.tools]
+    if "tag!ALL" in names:
+        names = list(BUILTIN_TOOLS)
+    deny = set(defn.tools_deny)
+    return tuple(n for n in dict.fromkeys(names) if n in BUILTIN_TOOLS and n not in deny)
+
+
+def _launch_dir(req: BatchRequest, caller_cwd: Path) -> Path:
+    if req.cwd is None:
+        return caller_cwd
+    target = (caller_cwd / req.cwd).resolve()
+    if not target.is_dir():
+        raise UsageError(f"--cwd {req.cwd} is not an existing directory")
+    base = caller_cwd.resolve()
+    if target != base and base not in target.parents and not req.approve_chdir:
+        raise UsageError(f"--cwd {target} is outside the caller's directory {base}; pass --allow-chdir to approve it")
+    return target
+
+
+def plan_specs(
+    req: BatchRequest, catalog: Catalog, config: Config, *, batch_id: str, job_ids: Sequence[str], caller_cwd: Path
+) -> tuple[CloneSpec, ...]:
+    """Render every clone of the batch and return their specs (nothing is started).
+
+    Raises:
+        UsageError: bad count, cwd or model.
+        DefinitionError: unknown agent, invalid definition, render failure.
+    """
+    count = check_count(req.count, config)
+    if len(job_ids) != count:
+        raise UsageError("one job id per clone is needed")
+    defn = catalog.get(req.agent)
+    launch = _launch_dir(req, caller_cwd)
+    try:
+        candidates, _ = config.model_candidates(req.model or defn.model)
+        fallbacks = tuple(defn.fallback_models)
+        for key in (*candidates, *fallbacks):
+            config.resolve_model(key)
+    except ConfigError as exc:
+        raise UsageError(f"{req.agent}: {exc.message}") from None
+    starts = [i % len(candidates) for i in range(count)]
+    tools = resolve_tools(defn)
+    rendered = render_batch(
+        defn,
+        prompt=req.prompt,
+        count=count,
+        batch_id=batch_id,
+        job_ids=job_ids,
+        cwd=str(launch),
+        project_path=str(caller_cwd),
+        model_names=[candidates[s] for s in starts],
+        variables=dict(req.variables),
+        available_tools=list(tools),
+        available_subagents=[d.name for d in catalog.listed()],
+    )
+    schema = defn.exit_tool_schema or DEFAULT_EXIT_SCHEMA
+    return tuple(
+        CloneSpec(
+            job_id=job_ids[r.index],
+            batch_id=batch_id,
+            agent=defn.name,
+            clone_index=r.index,
+            clone_count=count,
+            instructions=r.instructions,
+            task=r.task,
+            skills=tuple((s.name, s.body) for s in r.skills),
+            tools=tools,
+            undeferred_tools=tuple(defn.undeferred_tools),
+            exit_schema=schema,
+            exit_schema_declared=defn.exit_tool_schema is not None,
+            candidates=tuple(candidates),
+            start=starts[r.index],
+            fallbacks=fallbacks,
+            max_turns=defn.max_turns or 50,
+            max_tokens=defn.max_tokens,
+            cwd=str(launch),
+            config=config,
+            sim_script=None,
+            warnings=tuple(defn.warnings),
+            parent=req.parent,
+            depth=req.depth,
+        )
+        for r in rendered
+    )

@@ -1,0 +1,399 @@
+"""The scheduler core: job table, the pool of slots, host assignment and the event log.
+
+:class:`SchedulerCore` is plain async Python; it reaches clone hosts only through the small
+:class:`HostLike` protocol, so tests drive it with in-process hosts and the Ray shell gives it
+actor-backed ones. It owns which job runs where and when; it never renders or loads
+definitions (the client does that before submitting, so nothing starts on a render error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..actors._host import FINAL_EVENT, crashed_result
+from ..actors._sim import SimScript
+from ..actors._spec import CloneSpec
+from ..config import Config
+from ..errors import ClusterError, UnknownJobError, UsageError
+from ._state import TERMINAL, JobRecord, JobState, display_name, new_batch_id, new_job_id
+
+__all__ = ["BatchSubmission", "HostFactory", "HostLike", "LEVELS", "SchedulerCore", "choose_clones_per_actor"]
+
+LEVELS: dict[str, frozenset[str]] = {
+    "lifecycle": frozenset({"queued", "started", "progress", "result", "error", "model_failover", "message_delivered", "compaction"}),
+}
+LEVELS["tools"] = LEVELS["lifecycle"] | {"tool_call_start", "tool_call_end"}
+LEVELS["all"] = LEVELS["tools"] | {"assistant", "usage"}
+
+
+class HostLike(Protocol):
+    """What the core needs of a clone host."""
+
+    host_id: str
+
+    async def start(self, specs: Sequence[CloneSpec]) -> int: ...
+    async def cancel(self, job_ids: Sequence[str]) -> list[str]: ...
+    async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]: ...
+    async def close(self) -> None: ...
+
+
+HostFactory = Callable[[str, Config, SimScript | None], HostLike]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchSubmission:
+    """A fully rendered batch, ready to start."""
+
+    batch_id: str
+    specs: tuple[CloneSpec, ...]
+    config: Config
+    sim_script: SimScript | None = None
+    clones_per_actor: int | None = None
+    """Clones per host actor; ``None`` = chosen automatically."""
+    max_concurrency: int | None = None
+    """Jobs of this batch running at once; ``None`` = no per-batch cap."""
+
+
+def choose_clones_per_actor(count: int, cpus: int, nodes: int = 1) -> int:
+    """Clones per host: enough hosts to use every CPU (and every node), few enough that a
+    batch of thousands does not pay a Python process per clone."""
+    hosts = max(min(count, max(cpus, nodes, 1)), 1)
+    return max(math.ceil(count / hosts), 1)
+
+
+class SchedulerCore:
+    """Owns the job table and runs batches on clone hosts.
+
+    Args:
+        host_factory: makes a host for ``(host_id, config, sim_script)``.
+        max_concurrency: fleet-wide cap on running jobs (``None`` = none).
+        cpus: CPUs of the cluster, for the automatic clones-per-actor choice.
+        nodes: nodes of the cluster.
+    """
+
+    def __init__(self, host_factory: HostFactory, *, max_concurrency: int | None = None, cpus: int = 2, nodes: int = 1) -> None:
+        self._factory = host_factory
+        self.max_concurrency, self.cpus, self.nodes = max_concurrency, cpus, nodes
+        self.jobs: dict[str, JobRecord] = {}
+        self._reserved_ids: set[str] = set()
+        self._specs: dict[str, CloneSpec] = {}
+        self._job_host: dict[str, HostLike] = {}
+        self._host_jobs: dict[str, set[str]] = {}
+        self._queues: dict[str, deque[str]] = {}
+        self._batch_cap: dict[str, int | None] = {}
+        self._batch_running: dict[str, int] = {}
+        self._batches: dict[str, list[str]] = {}
+        self._children: dict[str, list[str]] = {}
+        self._running = 0
+        self._log: list[dict[str, Any]] = []
+        self._tick = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._host_seq = 0
+
+    # -- ids and submission --------------------------------------------------------------
+    def reserve_ids(self, count: int) -> tuple[str, list[str]]:
+        """Allocate a batch id and ``count`` unique job ids for rendering."""
+        batch_id = new_batch_id()
+        while batch_id in self._batches:
+            batch_id = new_batch_id()
+        ids: list[str] = []
+        while len(ids) < count:
+            job_id = new_job_id()
+            if job_id not in self.jobs and job_id not in self._reserved_ids:
+                self._reserved_ids.add(job_id)
+                ids.append(job_id)
+        return batch_id, ids
+
+    def submit(self, sub: BatchSubmission) -> dict[str, Any]:
+        """Record every job of the batch as ``reserved``, assign hosts and start what the caps allow.
+
+        Raises:
+            UsageError: empty batch, or ids that were not reserved / already used.
+        """
+        if not sub.specs:
+            raise UsageError("a batch needs at least one clone")
+        for spec in sub.specs:
+            if spec.job_id in self.jobs or spec.job_id not in self._reserved_ids:
+                raise UsageError(f"job id {spec.job_id} was not reserved by this scheduler")
+        self._batches[sub.batch_id] = [s.job_id for s in sub.specs]
+        self._batch_cap[sub.batch_id] = sub.max_concurrency
+        self._batch_running[sub.batch_id] = 0
+        self._queues[sub.batch_id] = deque()
+        for spec in sub.specs:
+            self._reserved_ids.discard(spec.job_id)
+            rec = JobRecord(
+                job_id=spec.job_id,
+                batch_id=spec.batch_id,
+                agent=spec.agent,
+                clone_index=spec.clone_index,
+                clone_count=spec.clone_count,
+                parent=spec.parent,
+                depth=spec.depth,
+                model=spec.candidates[spec.start % len(spec.candidates)] if spec.candidates else None,
+                warnings=list(spec.warnings),
+            )
+            self.jobs[spec.job_id] = rec
+            self._specs[spec.job_id] = spec
+            self._queues[sub.batch_id].append(spec.job_id)
+            if spec.parent:
+                self._children.setdefault(spec.parent, []).append(spec.job_id)
+            self._record(spec.job_id, {"type": "queued", "ts": time.time()})
+        self._assign_hosts(sub)
+        self._pump()
+        return {"batch_id": sub.batch_id, "job_ids": [s.job_id for s in sub.specs]}
+
+    def _assign_hosts(self, sub: BatchSubmission) -> None:
+        per = sub.clones_per_actor or choose_clones_per_actor(len(sub.specs), self.cpus, self.nodes)
+        for start in range(0, len(sub.specs), per):
+            chunk = sub.specs[start : start + per]
+            self._host_seq += 1
+            host = self._factory(f"h{self._host_seq}", sub.config, sub.sim_script)
+            self._host_jobs[host.host_id] = {s.job_id for s in chunk}
+            for spec in chunk:
+                self._job_host[spec.job_id] = host
+                self.jobs[spec.job_id].host_id = host.host_id
+            self._spawn_task(self._drain_loop(host))
+
+    # -- the pool ------------------------------------------------------------------------
+    def _slots_free(self) -> bool:
+        return self.max_concurrency is None or self._running < self.max_concurrency
+
+    def _pump(self) -> None:
+        """Start queued jobs while slots are free (round-robin over batches)."""
+        starts: dict[str, tuple[HostLike, list[CloneSpec]]] = {}
+        progressed = True
+        while progressed and self._slots_free():
+            progressed = False
+            for batch_id, queue in self._queues.items():
+                if not queue or not self._slots_free():
+                    continue
+                cap = self._batch_cap[batch_id]
+                if cap is not None and self._batch_running[batch_id] >= cap:
+                    continue
+                job_id = queue.popleft()
+                rec = self.jobs[job_id]
+                if rec.state is not JobState.RESERVED:
+                    continue
+                rec.move(JobState.RUNNING)
+                self._running += 1
+                self._batch_running[batch_id] += 1
+                host = self._job_host[job_id]
+                starts.setdefault(host.host_id, (host, []))[1].append(self._specs[job_id])
+                progressed = True
+        for host, specs in starts.values():
+            self._spawn_task(self._start_on(host, specs))
+
+    async def _start_on(self, host: HostLike, specs: list[CloneSpec]) -> None:
+        try:
+            await host.start(specs)
+        except ClusterError as exc:
+            for spec in specs:
+                self._crash(spec.job_id, f"clone host {host.host_id} unavailable: {exc}")
+
+    def _release(self, rec: JobRecord, was_running: bool) -> None:
+        if was_running:
+            self._running -= 1
+            self._batch_running[rec.batch_id] -= 1
+        self._specs.pop(rec.job_id, None)
+        self._pump()
+
+    # -- events from hosts ---------------------------------------------------------------
+    async def _drain_loop(self, host: HostLike) -> None:
+        jobs = self._host_jobs[host.host_id]
+        try:
+            while any(not self.jobs[j].is_terminal for j in jobs):
+                try:
+                    batch = await host.drain(1.0)
+                except ClusterError as exc:
+                    for job_id in jobs:
+                        self._crash(job_id, f"clone host {host.host_id} died: {exc}")
+                    return
+                for item in batch:
+                    self._apply(item["job_id"], item["event"])
+        finally:
+            self._spawn_task(host.close())
+
+    def _apply(self, job_id: str, event: dict[str, Any]) -> None:
+        rec = self.jobs.get(job_id)
+        if rec is None or rec.is_terminal:
+            return
+        kind = event["type"]
+        if kind == FINAL_EVENT:
+            self._finish(rec, event["result"])
+            return
+        if kind == "result":
+            return  # the scheduler writes the one terminal event itself (see _finish)
+        if kind == "usage":
+            rec.turns = event.get("turn", rec.turns)
+            rec.model = event.get("model") or rec.model
+            for key in ("input_tokens", "output_tokens", "total_tokens"):
+                rec.usage[key] = rec.usage.get(key, 0) + int(event.get(key, 0))
+        elif kind == "progress":
+            rec.progress = event.get("progress")
+        elif kind == "model_failover":
+            rec.model = event.get("to") or rec.model
+        elif kind == "started":
+            rec.model = event.get("model") or rec.model
+        self._record(job_id, event)
+
+    def _finish(self, rec: JobRecord, result: dict[str, Any]) -> None:
+        was_running = rec.state is JobState.RUNNING
+        rec.finish(result)
+        self._record(
+            rec.job_id,
+            {"type": "result", "ts": time.time(), "status": str(rec.state), "stop_reason": rec.stop_reason, "outcome": rec.outcome, "error": rec.error, "record": rec.run_record()},
+        )
+        self._release(rec, was_running)
+
+    def _crash(self, job_id: str, detail: str) -> None:
+        rec = self.jobs[job_id]
+        if rec.is_terminal:
+            return
+        fields = {"job_id": job_id, "batch_id": rec.batch_id, "agent": rec.agent, "clone_index": rec.clone_index, "model": rec.model, "warnings": rec.warnings}
+        self._record(job_id, {"type": "error", "ts": time.time(), "stop_reason": "abnormal", "detail": detail})
+        self._finish(rec, crashed_result(fields, detail))
+
+    def _record(self, job_id: str, event: dict[str, Any]) -> None:
+        rec = self.jobs[job_id]
+        self._log.append(
+            {
+                "type": "subagent_event",
+                "seq": len(self._log),
+                "parent_session_id": rec.parent or rec.batch_id,
+                "subagent_run_id": job_id,
+                "subagent_type": rec.agent,
+                "display_name": display_name(rec.agent, rec.clone_index),
+                "batch_id": rec.batch_id,
+                "event": event,
+            }
+        )
+        tick, self._tick = self._tick, asyncio.Event()
+        tick.set()
+
+    def _spawn_task(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- job control ---------------------------------------------------------------------
+    def _get(self, job_id: str) -> JobRecord:
+        rec = self.jobs.get(job_id)
+        if rec is None:
+            raise UnknownJobError(job_id)
+        return rec
+
+    def expand(self, ids: Sequence[str]) -> list[str]:
+        """Job ids, with batch ids replaced by their jobs."""
+        out: list[str] = []
+        for ident in ids:
+            if ident in self._batches:
+                out.extend(self._batches[ident])
+            else:
+                out.append(self._get(ident).job_id)
+        return out
+
+    def job_status(self, job_id: str) -> dict[str, Any]:
+        return self._get(job_id).status()
+
+    def job_result(self, job_id: str) -> dict[str, Any]:
+        """The finished job's ``run --json`` record.
+
+        Raises:
+            UsageError: the job has not finished yet.
+        """
+        rec = self._get(job_id)
+        if not rec.is_terminal:
+            raise UsageError(f"job {job_id} is still {rec.state}; wait for it (`job_block`) or poll `job_status`")
+        return rec.run_record()
+
+    async def job_cancel(self, job_id: str) -> dict[str, Any]:
+        """Cancel a job and its descendants; idempotent. Returns the job's status."""
+        rec = self._get(job_id)
+        for child in self._children.get(job_id, []):
+            await self.job_cancel(child)
+        if rec.state is JobState.RESERVED:
+            self._finish(rec, {"status": "cancelled", "stop_reason": "cancelled", "outcome": "cancelled", "error": "Error: subagent run was cancelled"})
+        elif rec.state is JobState.RUNNING:
+            host = self._job_host[job_id]
+            try:
+                await host.cancel([job_id])
+            except ClusterError as exc:
+                self._crash(job_id, str(exc))
+        return rec.status()
+
+    async def job_block(self, job_ids: Sequence[str], wait_seconds: float | None = None, timeout_seconds: float | None = None) -> dict[str, Any]:
+        """Wait until every job is terminal or the time is up; returns current statuses."""
+        ids = self.expand(job_ids)
+        limit = min(x for x in (wait_seconds, timeout_seconds, 3600.0) if x is not None)
+        deadline = time.monotonic() + limit
+        while True:
+            pending = [j for j in ids if not self.jobs[j].is_terminal]
+            left = deadline - time.monotonic()
+            if not pending or left <= 0:
+                break
+            tick = self._tick
+            try:
+                async with asyncio.timeout(left):
+                    await tick.wait()
+            except TimeoutError:
+                break
+        statuses = [self.jobs[j].status() for j in ids]
+        return {"done": all(s["status"] in TERMINAL for s in statuses), "jobs": statuses}
+
+    def capacity(self) -> dict[str, Any]:
+        queued = sum(len(q) for q in self._queues.values())
+        return {"running": self._running, "max_concurrency": self.max_concurrency, "queued": queued}
+
+    def list_jobs(
+        self, *, status: str | None = None, batch: str | None = None, agent: str | None = None, parent: str | None = None
+    ) -> dict[str, Any]:
+        rows = [
+            r.status()
+            for r in self.jobs.values()
+            if (status is None or r.state == status)
+            and (batch is None or r.batch_id == batch)
+            and (agent is None or r.agent == agent)
+            and (parent is None or r.parent == parent)
+        ]
+        return {"jobs": rows, "capacity": self.capacity()}
+
+    async def events(self, *, target: str | None = None, cursor: int = 0, level: str = "lifecycle", wait_s: float = 0.0, limit: int = 5000) -> dict[str, Any]:
+        """Events after ``cursor`` for a batch or job (or all), waiting up to ``wait_s`` for one."""
+        if level not in LEVELS:
+            raise UsageError(f"unknown level {level!r}; use lifecycle, tools or all")
+        ids = set(self.expand([target])) if target else None
+        deadline = time.monotonic() + wait_s
+        while True:
+            out, pos = self._scan(ids, cursor, LEVELS[level], limit)
+            left = deadline - time.monotonic()
+            if out or left <= 0:
+                return {"events": out, "cursor": pos}
+            cursor = pos
+            tick = self._tick
+            try:
+                async with asyncio.timeout(left):
+                    await tick.wait()
+            except TimeoutError:
+                pass
+
+    def _scan(self, ids: set[str] | None, cursor: int, kinds: frozenset[str], limit: int) -> tuple[list[dict[str, Any]], int]:
+        out = []
+        pos = cursor
+        for pos in range(cursor, len(self._log)):
+            env = self._log[pos]
+            if (ids is None or env["subagent_run_id"] in ids) and env["event"]["type"] in kinds:
+                out.append(env)
+                if len(out) >= limit:
+                    return out, pos + 1
+        return out, len(self._log)
+
+    async def aclose(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,155 @@
+"""Job states, the allowed transitions, and the job record (pure, no Ray).
+
+A job moves ``reserved → running → completed|failed|cancelled`` (or straight from ``reserved``
+to ``cancelled``/``failed``); terminal states never change again, so every job reaches exactly
+one terminal state.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from ..errors import UsageError
+
+__all__ = ["TERMINAL", "TRANSITIONS", "JobRecord", "JobState", "display_name", "new_batch_id", "new_job_id"]
+
+
+class JobState(StrEnum):
+    RESERVED = "reserved"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
+TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.RESERVED: frozenset({JobState.RUNNING, JobState.FAILED, JobState.CANCELLED}),
+    JobState.RUNNING: frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}),
+    JobState.COMPLETED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+
+
+def new_job_id() -> str:
+    """``sa_`` + 8 lowercase hex digits (uniqueness is checked by the table)."""
+    return "sa_" + secrets.token_hex(4)
+
+
+def new_batch_id() -> str:
+    return "b_" + secrets.token_hex(4)
+
+
+def display_name(agent: str, clone_index: int) -> str:
+    """``Agent #N`` (1-based) for ``_default``, else ``<name> #<clone index>``."""
+    return f"Agent #{clone_index + 1}" if agent == "_default" else f"{agent} #{clone_index}"
+
+
+@dataclass(slots=True, kw_only=True)
+class JobRecord:
+    """The scheduler's row for one job."""
+
+    job_id: str
+    batch_id: str
+    agent: str
+    clone_index: int
+    clone_count: int
+    state: JobState = JobState.RESERVED
+    parent: str | None = None
+    depth: int = 0
+    host_id: str | None = None
+    model: str | None = None
+    turns: int = 0
+    usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0})
+    progress: dict[str, Any] | None = None
+    outcome: str | None = None
+    stop_reason: str | None = None
+    result: Any = None
+    error: str | None = None
+    salvaged: bool = False
+    nonconforming: bool = False
+    concerns: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    created_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    ended_at: float | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def move(self, state: JobState) -> None:
+        """Apply a transition.
+
+        Raises:
+            UsageError: the transition is not in :data:`TRANSITIONS`.
+        """
+        if state not in TRANSITIONS[self.state]:
+            raise UsageError(f"job {self.job_id} cannot go from {self.state} to {state}")
+        self.state = state
+        now = time.time()
+        if state is JobState.RUNNING:
+            self.started_at = now
+        elif state in TERMINAL:
+            self.ended_at = now
+
+    def finish(self, result: dict[str, Any]) -> None:
+        """Record a final ``RunResult`` (as JSON) and move to its terminal state."""
+        self.move(JobState(result["status"]))
+        for key in ("outcome", "stop_reason", "result", "error", "salvaged", "nonconforming", "turns"):
+            setattr(self, key, result.get(key))
+        self.concerns = list(result.get("concerns") or [])
+        self.warnings = list(result.get("warnings") or [])
+        self.usage = dict(result.get("usage") or self.usage)
+        self.model = result.get("model") or self.model
+
+    def status(self) -> dict[str, Any]:
+        """The ``job_status`` view."""
+        return {
+            "job_id": self.job_id,
+            "batch_id": self.batch_id,
+            "agent": self.agent,
+            "clone_index": self.clone_index,
+            "display_name": display_name(self.agent, self.clone_index),
+            "status": str(self.state),
+            "outcome": self.outcome,
+            "stop_reason": self.stop_reason,
+            "model": self.model,
+            "turns": self.turns,
+            "usage": dict(self.usage),
+            "progress": self.progress,
+            "parent": self.parent,
+            "concerns": list(self.concerns),
+            "salvaged": self.salvaged,
+            "nonconforming": self.nonconforming,
+            "warnings": list(self.warnings),
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+        }
+
+    def run_record(self) -> dict[str, Any]:
+        """The ``run --json`` object of SPEC §7 (meaningful once terminal)."""
+        return {
+            "job_id": self.job_id,
+            "batch_id": self.batch_id,
+            "agent": self.agent,
+            "clone_index": self.clone_index,
+            "status": str(self.state),
+            "stop_reason": self.stop_reason,
+            "outcome": self.outcome,
+            "result": self.result,
+            "salvaged": self.salvaged,
+            "nonconforming": self.nonconforming,
+            "concerns": list(self.concerns),
+            "warnings": list(self.warnings),
+            "error": self.error,
+            "model": self.model,
+            "turns": self.turns,
+            "usage": dict(self.usage),
+        }

@@ -1,0 +1,112 @@
+"""Ray shells of the scheduler: the named, detached :class:`SchedulerActor` and Ray-backed hosts.
+
+The actor forwards every call to :class:`~clonefleet.scheduler._core.SchedulerCore`; the only
+Ray-specific work here is creating clone-host actors (spread over the cluster's nodes) and
+killing them when their clones are done.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import ray
+
+from ..actors._sim import SimScript
+from ..actors._spec import CloneSpec
+from ..actors.remote import CloneHost
+from ..config import Config
+from ._core import BatchSubmission, SchedulerCore
+
+__all__ = ["SCHEDULER_NAME", "NAMESPACE", "RayHost", "SchedulerActor", "get_or_create_scheduler"]
+
+SCHEDULER_NAME = "scheduler"
+NAMESPACE = "clonefleet"
+
+
+class RayHost:
+    """A :class:`~clonefleet.scheduler._core.HostLike` backed by a clone-host actor."""
+
+    def __init__(self, host_id: str, config: Config, sim_script: SimScript | None) -> None:
+        self.host_id = host_id
+        self._host = CloneHost.create(host_id, config, sim_script, options={"scheduling_strategy": "SPREAD"})
+
+    async def start(self, specs: Sequence[CloneSpec]) -> int:
+        return await self._host.start(specs)
+
+    async def cancel(self, job_ids: Sequence[str]) -> list[str]:
+        return await self._host.cancel(job_ids)
+
+    async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
+        return await self._host.drain(wait_s)
+
+    async def node_id(self) -> str:
+        return await self._host.node_id()
+
+    async def close(self) -> None:
+        # A finished host's process is freed at once: a batch of thousands must not keep idle
+        # Python processes around.
+        self._host.kill()
+
+
+@ray.remote(num_cpus=0, max_concurrency=1000)
+class SchedulerActor:
+    """Owns the fleet's job table; every method forwards to the core."""
+
+    def __init__(self, max_concurrency: int | None = None) -> None:
+        self._max_concurrency = max_concurrency
+        self._core: SchedulerCore | None = None
+
+    def _c(self) -> SchedulerCore:
+        if self._core is None:
+            nodes = [n for n in ray.nodes() if n.get("Alive")]
+            cpus = int(sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)) or 1
+            self._core = SchedulerCore(RayHost, max_concurrency=self._max_concurrency, cpus=cpus, nodes=len(nodes) or 1)
+        return self._core
+
+    async def ping(self) -> str:
+        return "ok"
+
+    async def reserve_ids(self, count: int) -> tuple[str, list[str]]:
+        return self._c().reserve_ids(count)
+
+    async def submit(self, sub: BatchSubmission) -> dict[str, Any]:
+        return self._c().submit(sub)
+
+    async def job_status(self, job_id: str) -> dict[str, Any]:
+        return self._c().job_status(job_id)
+
+    async def job_result(self, job_id: str) -> dict[str, Any]:
+        return self._c().job_result(job_id)
+
+    async def job_cancel(self, job_id: str) -> dict[str, Any]:
+        return await self._c().job_cancel(job_id)
+
+    async def job_block(self, job_ids: list[str], wait_seconds: float | None = None, timeout_seconds: float | None = None) -> dict[str, Any]:
+        return await self._c().job_block(job_ids, wait_seconds, timeout_seconds)
+
+    async def list_jobs(self, **filters: Any) -> dict[str, Any]:
+        return self._c().list_jobs(**filters)
+
+    async def expand(self, ids: list[str]) -> list[str]:
+        return self._c().expand(ids)
+
+    async def events(self, **kwargs: Any) -> dict[str, Any]:
+        return await self._c().events(**kwargs)
+
+    async def host_nodes(self, job_ids: list[str]) -> dict[str, str]:
+        """Node id of the host of each job (for placement checks)."""
+        core = self._c()
+        out = {}
+        for job_id in job_ids:
+            host = core._job_host.get(job_id)
+            if host is not None and hasattr(host, "node_id"):
+                out[job_id] = await host.node_id()
+        return out
+
+
+def get_or_create_scheduler(max_concurrency: int | None = None) -> Any:
+    """The fleet's scheduler actor handle, created detached on first use."""
+    return SchedulerActor.options(
+        name=SCHEDULER_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True
+    ).remote(max_concurrency)

@@ -1,0 +1,98 @@
+"""Test support for clonefleet users and its own tests: fake models and a fake clock.
+
+``FunctionModel`` lets a test say what the model does in a few lines; ``ScriptedModel`` replays
+a fixed list of responses (or errors) and checks that all were used; ``FakeClock`` advances only
+when told to.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from ..actors._spec import CloneSpec
+from ..actors._types import ModelRequest, ModelResponse, ToolCall, Usage
+from ..definitions import DEFAULT_EXIT_SCHEMA
+
+__all__ = ["FakeClock", "FunctionModel", "ScriptedModel", "call", "make_spec", "reply"]
+
+
+class FunctionModel:
+    """A model whose answer is ``fn(request)`` (sync or async)."""
+
+    def __init__(self, fn: Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]]) -> None:
+        self.fn = fn
+        self.calls: list[ModelRequest] = []
+
+    async def request(self, req: ModelRequest) -> ModelResponse:
+        self.calls.append(req)
+        out = self.fn(req)
+        if inspect.isawaitable(out):
+            out = await out
+        return out  # type: ignore[return-value]
+
+
+class ScriptedModel:
+    """Replays ``steps`` in order: a :class:`ModelResponse` is returned, an exception raised."""
+
+    def __init__(self, steps: Sequence[ModelResponse | BaseException]) -> None:
+        self.steps = list(steps)
+        self.calls: list[ModelRequest] = []
+
+    async def request(self, req: ModelRequest) -> ModelResponse:
+        if len(self.calls) >= len(self.steps):
+            raise AssertionError(f"ScriptedModel asked for step {len(self.calls) + 1} of {len(self.steps)}")
+        step = self.steps[len(self.calls)]
+        self.calls.append(req)
+        if isinstance(step, BaseException):
+            raise step
+        return step
+
+    def assert_complete(self) -> None:
+        left = len(self.steps) - len(self.calls)
+        assert left == 0, f"{left} scripted step(s) were never requested"
+
+
+class FakeClock:
+    """A monotonic clock that moves only on :meth:`advance`; ``sleep`` advances it instantly."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def call(name: str, call_id: str = "c1", **arguments: Any) -> ToolCall:
+    """A tool call, for building scripted responses."""
+    return ToolCall(id=call_id, name=name, arguments=arguments)
+
+
+def reply(text: str = "", *calls: ToolCall, tokens: int = 10, refusal: bool = False) -> ModelResponse:
+    """A model response with text and/or tool calls."""
+    return ModelResponse(text=text, tool_calls=tuple(calls), usage=Usage(input_tokens=tokens, output_tokens=tokens), refusal=refusal)
+
+
+def make_spec(**fields: Any) -> CloneSpec:
+    """A minimal valid :class:`CloneSpec` for loop tests; keywords override fields."""
+    base: dict[str, Any] = {
+        "job_id": "sa_00000000",
+        "batch_id": "b_test",
+        "agent": "tester",
+        "clone_index": 0,
+        "clone_count": 1,
+        "instructions": "You test things.",
+        "task": "do the thing",
+        "exit_schema": DEFAULT_EXIT_SCHEMA,
+    }
+    base.update(fields)
+    return CloneSpec(**base)
