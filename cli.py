@@ -215,8 +215,9 @@ def _summary(records: list[dict[str, Any]], elapsed_s: float) -> None:
     from rich.table import Table
 
     table = Table(title=f"{len(records)} jobs in {elapsed_s:.1f}s")
-    for col in ("job", "clone", "status", "outcome", "model", "turns", "result / error"):
-        table.add_column(col)
+    for col in ("job", "clone", "status", "outcome", "model", "turns"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("result / error", no_wrap=True, overflow="ellipsis", ratio=1)
     shown = records if len(records) <= 50 else records[:25] + records[-25:]
     for r in shown:
         result = r["error"] or (r["result"].get("summary") if isinstance(r["result"], dict) else r["result"])

@@ -42,6 +42,7 @@ class HostCore:
         self._wakeup = asyncio.Event()
         self._max_buffer = max_buffer
         self.dropped = 0
+        self._cancelled_early: set[str] = set()
         self.started_at: dict[str, float] = {}
 
     def _push(self, job_id: str, event: dict[str, Any]) -> None:
@@ -55,6 +56,10 @@ class HostCore:
         """Start one task per spec; returns at once."""
         for spec in specs:
             if spec.job_id in self._tasks:
+                continue
+            if spec.job_id in self._cancelled_early:
+                # The cancel overtook the start (calls to an async actor are not ordered).
+                self._push(spec.job_id, {"type": FINAL_EVENT, "ts": time.time(), "result": _cancelled(spec).to_json()})
                 continue
             self.started_at[spec.job_id] = time.time()
             self._tasks[spec.job_id] = asyncio.get_running_loop().create_task(self._run(spec), name=spec.job_id)
@@ -84,7 +89,11 @@ class HostCore:
         hit = []
         for job_id in job_ids:
             task = self._tasks.get(job_id)
-            if task is None or task.done():
+            if task is None:
+                self._cancelled_early.add(job_id)
+                hit.append(job_id)
+                continue
+            if task.done():
                 continue
             clone = self._clones.get(job_id)
             if clone is not None:

@@ -90,6 +90,10 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return f"{problem} (line {mark.line + 2})" if mark is not None else str(problem)
 
 
+class _SyntaxProblem(DefinitionError):
+    """Plain YAML syntax failed (the only case the lenient Claude fallback may try to repair)."""
+
+
 def load_yaml_mapping(text: str, path: str | None) -> dict[str, Any]:
     """Parse frontmatter text with the safe loader and require a mapping with string keys.
 
@@ -98,6 +102,9 @@ def load_yaml_mapping(text: str, path: str | None) -> dict[str, Any]:
     """
     try:
         data = yaml.load(text, Loader=_FrontmatterLoader)  # noqa: S506 - a SafeLoader subclass
+    except (yaml.scanner.ScannerError, yaml.parser.ParserError) as exc:
+        message = f"frontmatter is not valid YAML: {_yaml_problem(exc)}"
+        raise _SyntaxProblem(message, LoadReason.INVALID_FRONTMATTER, path) from None
     except yaml.YAMLError as exc:
         raise _invalid(f"frontmatter is not valid YAML: {_yaml_problem(exc)}", path) from None
     except RecursionError:
@@ -204,13 +211,13 @@ def parse_text(text: str, path: str | None = None) -> RawDefinition:
     native = _NATIVE_KEY_LINE.search(front) is not None
     try:
         return RawDefinition(path=path, frontmatter=load_yaml_mapping(front, path), body=body, native=native)
-    except DefinitionError as exc:
+    except _SyntaxProblem as exc:
         # The lenient parser is for foreign Claude-style files only; a native file must be YAML.
-        if native or "anchors and aliases" in exc.message or "duplicate key" in exc.message:
-            raise
+        if native:
+            raise DefinitionError(exc.message, exc.reason, exc.path) from None
         lenient = _lenient_parse(front)
         if lenient is None:
-            raise
+            raise DefinitionError(exc.message, exc.reason, exc.path) from None
         recovered, dropped = lenient
         note = (
             f"{exc.message}; recovered {', '.join(sorted(recovered))} with the lenient known-keys parser"

@@ -94,6 +94,14 @@ class SchedulerActor:
     async def events(self, **kwargs: Any) -> dict[str, Any]:
         return await self._c().events(**kwargs)
 
+    async def kill_host_of(self, job_id: str) -> bool:
+        """Fault injection for tests and chaos drills: kill the actor hosting ``job_id``."""
+        host = self._c()._job_host.get(job_id)
+        if host is None:
+            return False
+        host._host.kill()
+        return True
+
     async def host_nodes(self, job_ids: list[str]) -> dict[str, str]:
         """Node id of the host of each job (for placement checks)."""
         core = self._c()

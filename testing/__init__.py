@@ -15,7 +15,7 @@ from ..actors._spec import CloneSpec
 from ..actors._types import ModelRequest, ModelResponse, ToolCall, Usage
 from ..definitions import DEFAULT_EXIT_SCHEMA
 
-__all__ = ["FakeClock", "FunctionModel", "ScriptedModel", "call", "make_spec", "reply"]
+__all__ = ["FakeClock", "FunctionModel", "LocalHost", "ScriptedModel", "call", "make_spec", "reply"]
 
 
 class FunctionModel:
@@ -96,3 +96,28 @@ def make_spec(**fields: Any) -> CloneSpec:
     }
     base.update(fields)
     return CloneSpec(**base)
+
+
+class LocalHost:
+    """An in-process clone host for :class:`~clonefleet.scheduler.SchedulerCore` tests (no Ray)."""
+
+    def __init__(self, host_id: str, config: Any, sim_script: Any = None) -> None:
+        from ..actors._host import HostCore
+
+        self.host_id = host_id
+        self.core = HostCore(config, sim_script=sim_script)
+        self.closed = False
+
+    async def start(self, specs: Sequence[CloneSpec]) -> int:
+        self.core.start(specs)
+        return len(specs)
+
+    async def cancel(self, job_ids: Sequence[str]) -> list[str]:
+        return self.core.cancel(job_ids)
+
+    async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
+        return await self.core.drain(wait_s)
+
+    async def close(self) -> None:
+        self.closed = True
+        await self.core.aclose()

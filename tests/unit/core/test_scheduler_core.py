@@ -1,0 +1,92 @@
+"""SchedulerCore with in-process hosts: job table, pool, events, control (no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+
+from clonefleet.actors import SimScript
+from clonefleet.config import Config
+from clonefleet.errors import UnknownJobError, UsageError
+from clonefleet.scheduler import TRANSITIONS, BatchSubmission, JobRecord, JobState, SchedulerCore, choose_clones_per_actor
+from clonefleet.testing import LocalHost, make_spec
+
+
+def submission(core, count, *, script=None, cap=None, per=None, latency_ms=0):
+    config = Config(providers={"sim": {"kind": "simulated", "simulated": {"latency_ms": latency_ms}}})
+    batch_id, ids = core.reserve_ids(count)
+    specs = tuple(make_spec(job_id=j, batch_id=batch_id, clone_index=i, clone_count=count, config=config) for i, j in enumerate(ids))
+    return BatchSubmission(batch_id=batch_id, specs=specs, config=config, sim_script=script, max_concurrency=cap, clones_per_actor=per)
+
+
+async def test_batch_runs_to_completion_with_distinct_ids_and_one_result_event_each():
+    core = SchedulerCore(LocalHost)
+    out = core.submit(submission(core, 6))
+    ids = out["job_ids"]
+    assert len(set(ids)) == 6 and all(j.startswith("sa_") and len(j) == 11 for j in ids)
+    done = await core.job_block(ids, timeout_seconds=10)
+    assert done["done"]
+    assert [core.job_result(j)["status"] for j in ids] == ["completed"] * 6
+    page = await core.events(target=out["batch_id"], level="all")
+    results = [e for e in page["events"] if e["event"]["type"] == "result"]
+    assert sorted(e["subagent_run_id"] for e in results) == sorted(ids)
+    await core.aclose()
+
+
+async def test_cap_queues_jobs_as_reserved_and_starts_them_as_slots_free():
+    core = SchedulerCore(LocalHost)
+    sub = submission(core, 10, cap=3, latency_ms=20)
+    out = core.submit(sub)
+    listing = core.list_jobs(batch=out["batch_id"])
+    states = [j["status"] for j in listing["jobs"]]
+    assert states.count("running") == 3 and states.count("reserved") == 7
+    assert listing["capacity"]["queued"] == 7
+    peak = 0
+    while not (await core.job_block(out["job_ids"], wait_seconds=0.05))["done"]:
+        peak = max(peak, core.capacity()["running"])
+    assert peak <= 3
+    assert all(core.jobs[j].state is JobState.COMPLETED for j in out["job_ids"])
+    await core.aclose()
+
+
+async def test_job_result_while_running_is_a_usage_error_and_cancel_is_idempotent():
+    core = SchedulerCore(LocalHost)
+    script = SimScript.from_data({"default": [{"hang": True}]})
+    out = core.submit(submission(core, 2, script=script))
+    job = out["job_ids"][0]
+    with pytest.raises(UsageError, match="still"):
+        core.job_result(job)
+    first = await core.job_cancel(job)
+    await core.job_block([job], timeout_seconds=5)
+    second = await core.job_cancel(job)
+    assert core.job_result(job)["status"] == "cancelled"
+    assert core.job_result(job)["error"] == "Error: subagent run was cancelled"
+    assert first["job_id"] == second["job_id"] == job
+    await core.job_cancel(out["job_ids"][1])
+    await core.aclose()
+
+
+async def test_unknown_ids_and_unreserved_submissions_are_refused():
+    core = SchedulerCore(LocalHost)
+    with pytest.raises(UnknownJobError):
+        core.job_status("sa_00000000")
+    sub = submission(core, 1)
+    core.submit(sub)
+    with pytest.raises(UsageError):
+        core.submit(sub)
+
+
+def test_transition_table_is_exhaustive_and_terminal_states_are_final():
+    for src in JobState:
+        for dst in JobState:
+            rec = JobRecord(job_id="sa_1", batch_id="b", agent="a", clone_index=0, clone_count=1, state=src)
+            if dst in TRANSITIONS[src]:
+                rec.move(dst)
+                assert rec.state is dst
+            else:
+                with pytest.raises(UsageError):
+                    rec.move(dst)
+
+
+@pytest.mark.parametrize(("count", "cpus", "nodes", "per"), [(8, 2, 1, 4), (1, 2, 1, 1), (10_000, 2, 1, 5000), (10, 4, 3, 3), (3, 16, 1, 1)])
+def test_clones_per_actor_is_chosen_from_batch_and_cluster(count, cpus, nodes, per):
+    assert choose_clones_per_actor(count, cpus, nodes) == per
