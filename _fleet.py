@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .actors._sim import SimScript
-from .cluster import ClusterConfig, ClusterSession
+from .cluster import ClusterConfig, ClusterSession, resolve_address
 from .config import Config, load_config
 from .errors import ClonefleetError, ClusterError
 
@@ -55,7 +55,8 @@ class Fleet:
     ) -> None:
         self.cwd = Path(cwd or Path.cwd()).resolve()
         self.config = config if isinstance(config, Config) else load_config(config, self.cwd)
-        self._session = ClusterSession(ClusterConfig(address=address, num_cpus=num_cpus)).start()
+        self.address = resolve_address(address)
+        self._session = ClusterSession(ClusterConfig(address=self.address, num_cpus=num_cpus)).start()
         from .scheduler.remote import get_or_create_scheduler
 
         cap = max_concurrency or self.config.limits.max_concurrency
@@ -133,6 +134,8 @@ class Fleet:
             sim_script=script,
             clones_per_actor=clones_per_actor or self.config.limits.clones_per_actor,
             max_concurrency=max_concurrency,
+            subagents_dirs=tuple(str(Path(d).resolve()) for d in subagents_dirs),
+            project_path=str(self.cwd),
         )
         out = self._call("submit", sub)
         return Batch(batch_id=out["batch_id"], job_ids=tuple(out["job_ids"]))

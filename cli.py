@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from ._cli_control import CONTROL_HANDLERS, add_control_parsers
 from .errors import ClonefleetError, ConfigError, DefinitionError, UsageError
 
 __all__ = ["main"]
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--sim-script", metavar="FILE", help="script file for the simulated provider (per-clone steps)")
     run.add_argument("--clones-per-actor", type=int, metavar="K", help="clones hosted per Ray actor (1 = a process per clone)")
     run.add_argument("--max-concurrency", type=int, metavar="N", help="jobs of this batch running at once")
+    run.add_argument("--detach", action="store_true", help="print the batch and job ids and return (needs a persistent cluster)")
     run.add_argument("--json", action="store_true", help="print one JSON object per job as it ends")
 
     val = sub.add_parser("validate", help="check definition files", description="Load definitions and report errors and warnings.")
@@ -80,12 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--rate-429", type=float, default=0.0)
     serve.add_argument("--script", metavar="FILE")
     serve.add_argument("--seed", type=int, default=0)
+    add_control_parsers(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"run": cmd_run, "validate": cmd_validate, "agents": cmd_agents, "provider": cmd_provider}[args.command]
+    handler = {"run": cmd_run, "validate": cmd_validate, "agents": cmd_agents, "provider": cmd_provider, **CONTROL_HANDLERS}[args.command]
     try:
         return handler(args)
     except (UsageError, DefinitionError, ConfigError) as exc:
@@ -118,9 +121,13 @@ def _preflight(args: argparse.Namespace) -> Any:
 def cmd_run(args: argparse.Namespace) -> int:
     config, script = _preflight(args)
     from ._fleet import Fleet
+    from .cluster import resolve_address
 
+    address = resolve_address(args.address)
+    if args.detach and address is None:
+        raise UsageError("--detach needs a persistent cluster: run `clonefleet cluster up` and pass --address auto")
     started = time.monotonic()
-    fleet = Fleet(args.address, config=config, max_concurrency=None)
+    fleet = Fleet(address, config=config, max_concurrency=None)
     try:
         batch = fleet.spawn(
             args.agent,
@@ -135,6 +142,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             clones_per_actor=args.clones_per_actor,
             max_concurrency=args.max_concurrency,
         )
+        if args.detach:
+            out = {"batch_id": batch.batch_id, "job_ids": list(batch.job_ids)}
+            print(json.dumps(out) if args.json else f"batch {batch.batch_id}: " + " ".join(batch.job_ids))
+            return EXIT_OK
         records = _watch(fleet, batch, as_json=args.json)
     finally:
         fleet.close()

@@ -12,8 +12,13 @@ from enum import StrEnum
 from typing import Any
 
 import jsonschema
+import referencing
+import referencing.exceptions
+import referencing.jsonschema
 
-__all__ = ["ExitDecision", "ExitJudge", "Outcome", "Verdict", "classify", "schema_errors"]
+from ..errors import DefinitionError
+
+__all__ = ["ExitDecision", "ExitJudge", "Outcome", "Verdict", "classify", "exit_validator", "schema_errors"]
 
 _FAMILIES = {
     **dict.fromkeys(("success", "ok", "done", "completed"), "success"),
@@ -67,21 +72,80 @@ def classify(payload: Any) -> Outcome | str:
     return Outcome.SUCCESS
 
 
-def schema_errors(payload: Any, schema: dict[str, Any]) -> str | None:
-    """Return a one-line description of why ``payload`` fails ``schema``, or ``None``."""
-    validator = jsonschema.Draft202012Validator(schema)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(payload))
+def _refuse_retrieval(uri: str) -> referencing.Resource[Any]:
+    # jsonschema's default registry still fetches unknown `$ref` URIs over the network (with a
+    # deprecation warning). An exit schema comes from a definition file: never reach out.
+    raise referencing.exceptions.NoSuchResource(ref=uri)
+
+
+_LOCAL_ONLY: referencing.Registry[Any] = referencing.Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
+"""A registry that resolves ``$ref`` inside the schema document only; nothing is ever fetched."""
+
+
+class _Unusable(Exception):
+    """The exit schema cannot be applied (a ``$ref`` leads outside the document)."""
+
+
+def exit_validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
+    """A Draft 2020-12 validator for ``schema`` whose ``$ref`` are never fetched.
+
+    Raises:
+        DefinitionError: ``schema`` is not a valid Draft 2020-12 JSON Schema.
+    """
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise DefinitionError(
+            f"exit_tool_schema is not a valid Draft 2020-12 JSON Schema at {exc.json_path}: {exc.message}",
+            "invalid-definition",
+            None,
+            "exit_tool_schema",
+        ) from None
+    return jsonschema.Draft202012Validator(schema, registry=_LOCAL_ONLY)
+
+
+def _problem(validator: jsonschema.Draft202012Validator, payload: Any) -> str | None:
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(payload))
+    except referencing.exceptions.Unresolvable as exc:
+        raise _Unusable(f"exit_tool_schema has a $ref that does not resolve inside the schema ({exc}); refs are never fetched") from None
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path) or "payload"
     return f"{where}: {error.message}"
 
 
+def schema_errors(payload: Any, schema: dict[str, Any]) -> str | None:
+    """Return a one-line description of why ``payload`` fails ``schema``, or ``None``.
+
+    A ``$ref`` that leads outside the schema document is reported as a failure; it is never fetched.
+
+    Raises:
+        DefinitionError: ``schema`` is not a valid JSON Schema.
+    """
+    try:
+        return _problem(exit_validator(schema), payload)
+    except _Unusable as exc:
+        return str(exc)
+
+
 class ExitJudge:
-    """Per-run judge of ``exit_tool`` calls: retry budget and no-progress breaker."""
+    """Per-run judge of ``exit_tool`` calls: schema check, corrective retries, salvage, breaker.
+
+    Args:
+        schema: the exit payload's JSON Schema (the default one or the declared one).
+        retry_budget: corrective retries granted to payloads with an unrecognised status before
+            the next one is salvaged.
+        breaker_threshold: identical failing exit calls in a row, with no other tool activity
+            between them, that end the run as abnormal.
+
+    Raises:
+        DefinitionError: ``schema`` is not a valid Draft 2020-12 JSON Schema.
+    """
 
     def __init__(self, schema: dict[str, Any], *, retry_budget: int = 2, breaker_threshold: int = 3) -> None:
         self.schema, self.retry_budget, self.breaker_threshold = schema, retry_budget, breaker_threshold
+        self._validator = exit_validator(schema)
         self._status_retries = 0
         self._failing_streak: list[str] = []
 
@@ -90,8 +154,17 @@ class ExitJudge:
         self._failing_streak.clear()
 
     def judge(self, payload: Any) -> ExitDecision:
-        """Decide about one ``exit_tool`` call."""
-        problem = schema_errors(payload, self.schema)
+        """Decide about one ``exit_tool`` call.
+
+        Order: schema check (a failure goes back to the model), status classification, then for
+        a failing call the breaker (before salvage, so a breaker end is never salvaged), then the
+        retry budget of unrecognised statuses, then salvage. A schema whose ``$ref`` leads outside
+        the document cannot judge anything: the run ends abnormal at once.
+        """
+        try:
+            problem = _problem(self._validator, payload)
+        except _Unusable as exc:
+            return ExitDecision(verdict=Verdict.BREAK, error=str(exc))
         status = None
         if problem is None:
             status = classify(payload)

@@ -2,8 +2,10 @@
 
 The cursor starts at the clone's own candidate (clone *i* at *i mod len(group)*). A transient
 failure is retried on the same candidate with backoff (honouring ``Retry-After``), then the
-cursor moves on; a non-transient failure moves on at once. After a success the cursor stays.
-When the group and every fallback have failed, :class:`AllModelsFailed` lists each last failure.
+cursor moves on; a non-transient failure moves on at once. After a success the cursor stays on
+the candidate that answered, a ``fallback_models`` entry included. One request tries each entry
+of the ring (the group from the clone's start, then the fallbacks) at most once, beginning at
+the cursor; when every one has failed, :class:`AllModelsFailed` lists each last failure.
 """
 
 from __future__ import annotations
@@ -59,22 +61,24 @@ class FailoverModel:
             raise ValueError("a model group needs at least one candidate")
         self._candidates = list(candidates)
         self._fallbacks = list(fallbacks)
-        self._cursor = start % len(self._candidates)
         self._sleep = sleep
         self._on_failover = on_failover
+        self.reset(start)
 
     @property
     def current(self) -> str:
         """Key of the candidate the next request goes to."""
-        return self._order()[0].key
+        return self._ring[self._cursor].key
 
     def reset(self, start: int = 0) -> None:
-        """Select the group again: the cursor returns to ``start``."""
-        self._cursor = start % len(self._candidates)
+        """Select the group again: the cursor returns to the group's candidate ``start``."""
+        first = start % len(self._candidates)
+        self._ring = self._candidates[first:] + self._candidates[:first] + self._fallbacks
+        self._cursor = 0
 
-    def _order(self) -> list[Candidate]:
-        group = self._candidates[self._cursor :] + self._candidates[: self._cursor]
-        return group + self._fallbacks
+    def _order(self) -> list[tuple[int, Candidate]]:
+        n = len(self._ring)
+        return [((self._cursor + k) % n, self._ring[(self._cursor + k) % n]) for k in range(n)]
 
     async def request(self, req: ModelRequest) -> ModelResponse:
         """Send ``req`` to the current candidate, failing over as SPEC §3.1 says.
@@ -84,21 +88,17 @@ class FailoverModel:
         """
         failures: dict[str, str] = {}
         order = self._order()
-        for position, cand in enumerate(order):
+        for position, (slot, cand) in enumerate(order):
             try:
                 resp = await self._attempts(cand, req)
             except ModelError as exc:
                 failures[cand.key] = str(exc) or type(exc).__name__
                 if position + 1 < len(order) and self._on_failover:
-                    self._on_failover(cand.key, order[position + 1].key, failures[cand.key])
+                    self._on_failover(cand.key, order[position + 1][1].key, failures[cand.key])
                 continue
-            self._settle(cand)
+            self._cursor = slot  # keep the candidate that answered
             return replace(resp, model=cand.key)
         raise AllModelsFailed(failures)
-
-    def _settle(self, cand: Candidate) -> None:
-        if cand in self._candidates:
-            self._cursor = self._candidates.index(cand)
 
     async def _attempts(self, cand: Candidate, req: ModelRequest) -> ModelResponse:
         wire = replace(req, model=cand.wire_name)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import Config
+from ._jobtools import JobControl
 from ._loop import Clone
 from ._providers import ProviderPool
 from ._sim import SimScript
@@ -31,11 +32,15 @@ class HostCore:
     Args:
         config: the fleet config (providers, models).
         sim_script: a simulation script shared by every clone of this host.
+        control: job control for clones whose definition allows spawning subagents.
         max_buffer: events kept before the oldest non-final ones are dropped (``dropped`` counts).
     """
 
-    def __init__(self, config: Config, *, sim_script: SimScript | None = None, max_buffer: int = 200_000) -> None:
+    def __init__(
+        self, config: Config, *, sim_script: SimScript | None = None, control: JobControl | None = None, max_buffer: int = 200_000
+    ) -> None:
         self.pool = ProviderPool(config, sim_script=sim_script)
+        self.control = control
         self._tasks: dict[str, asyncio.Task[RunResult]] = {}
         self._clones: dict[str, Clone] = {}
         self._events: list[dict[str, Any]] = []
@@ -72,7 +77,7 @@ class HostCore:
             emit({"type": "model_failover", "ts": time.time(), "from": src, "to": dst, "reason": reason[:500]})
 
         try:
-            clone = Clone(spec, self.pool.failover_for(spec, on_failover), emit=emit)
+            clone = Clone(spec, self.pool.failover_for(spec, on_failover), emit=emit, control=self.control)
             self._clones[spec.job_id] = clone
             result = await clone.run()
         except asyncio.CancelledError:

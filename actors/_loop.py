@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+
 from ..errors import AllModelsFailed, ModelError, ToolRetry
 from ._exit import ExitJudge, Outcome, Verdict
+from ._jobtools import JOB_TOOL_NAMES, JobControl, job_tools
 from ._spec import CloneSpec, RunResult, StopReason, stop_error
-from ._tools import BUILTIN_TOOLS, Tool, ToolContext
+from ._tools import BUILTIN_TOOLS, CLAUDE_ALIASES, Tool, ToolContext
 from ._types import Message, Model, ModelRequest, ModelResponse, Role, ToolCall, ToolSpec, Usage
 
 __all__ = ["BASE_PROMPT", "Clone", "Emit"]
@@ -45,8 +48,14 @@ _CONTROL_SPECS = {
         description="Look up deferred tools by name or keyword; found tools become callable.",
         parameters={"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
     ),
+    "skill": ToolSpec(
+        name="skill",
+        description="Load one of your available skills by name; its instructions stay with you for the run.",
+        parameters={"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+    ),
     "switch_facet": ToolSpec(name="switch_facet", description="Not available to subagents.", parameters={"type": "object"}),
 }
+_SUMMARY, _PROGRESS = "[summary of earlier work]", "[latest progress]"
 
 
 @dataclass(slots=True)
@@ -81,11 +90,19 @@ class Clone:
         inbox: InboxFn | None = None,
         checkpoint: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        control: JobControl | None = None,
     ) -> None:
         self.spec, self.model = spec, model
+        self._control = control
         self._emit_fn = emit or (lambda event: None)
         self._inbox, self._checkpoint, self._clock = inbox, checkpoint, clock
         self.tools = self._tool_table()
+        # name -> (description, body) of the skills the clone may load with the `skill` tool,
+        # already filtered by the definition's own skills_allow/skills_deny.
+        self.skill_catalog: dict[str, tuple[str, str]] = {
+            name: (desc, body) for name, desc, body in getattr(spec, "available_skills", ())
+        }
+        self._loaded_skills: dict[str, str] = {}
         self._visible = self._initially_visible()
         self.messages: list[Message] = self._initial_messages()
         self.judge = ExitJudge(spec.exit_schema)
@@ -98,14 +115,18 @@ class Clone:
 
     # -- setup ---------------------------------------------------------------------------
     def _tool_table(self) -> dict[str, Tool]:
-        table = {name: BUILTIN_TOOLS[name] for name in self.spec.tools if name in BUILTIN_TOOLS}
+        names = (CLAUDE_ALIASES.get(n, n) for n in self.spec.tools)
+        table = {name: BUILTIN_TOOLS[name] for name in names if name in BUILTIN_TOOLS}
         table.update({t.name: t for t in self.spec.extra_tools})
+        if self.spec.allow_subagent_spawn and self._control is not None:
+            table.update(job_tools(self._control, self.spec.job_id))
         return table
 
     def _initially_visible(self) -> set[str]:
         if not self.spec.undeferred_tools:
             return set(self.tools)
-        return {n for n in self.spec.undeferred_tools if n in self.tools}
+        # Job-control tools are never deferred: a spawning subagent always sees them.
+        return {n for n in self.spec.undeferred_tools if n in self.tools} | (set(JOB_TOOL_NAMES) & set(self.tools))
 
     def _initial_messages(self) -> list[Message]:
         system = f"{BASE_PROMPT}\n\n{self.spec.instructions}".rstrip()
@@ -114,7 +135,8 @@ class Clone:
             system += "\n\nDeferred tools (load with tool_search): " + ", ".join(deferred)
         msgs = [Message(role=Role.SYSTEM, content=system, pinned=True)]
         msgs += [Message(role=Role.USER, content=f"[skill {name}]\n{body}", pinned=True) for name, body in self.spec.skills]
-        msgs.append(Message(role=Role.USER, content=self.spec.task))
+        # The task is pinned too: compaction summarises the work, never the instruction itself.
+        msgs.append(Message(role=Role.USER, content=self.spec.task, pinned=True))
         return msgs
 
     def _emit(self, type_: str, **fields: Any) -> None:
@@ -145,6 +167,9 @@ class Clone:
         except asyncio.CancelledError:
             if not self._cancel_requested:
                 raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # ours, and handled: outer timeouts must not see it
             ending = _Ending(StopReason.CANCELLED, outcome=Outcome.CANCELLED)
         except AllModelsFailed as exc:
             ending = _Ending(StopReason.FAILED, detail=str(exc))
@@ -179,11 +204,13 @@ class Clone:
         control = [_CONTROL_SPECS["progress_update"], self._exit_spec()]
         if set(self.tools) - self._visible:
             control.append(_CONTROL_SPECS["tool_search"])
+        if self.skill_catalog:
+            control.append(self._skill_spec())
         req = ModelRequest(
             model=self.model_name or "",
             messages=tuple(self.messages),
             tools=tuple(visible + control),
-            metadata={"clone_index": self.spec.clone_index, "batch_id": self.spec.batch_id, "job_id": self.spec.job_id},
+            metadata={"clone_index": self.spec.clone_index, "batch_id": self.spec.batch_id, "job_id": self.spec.job_id, "agent": self.spec.agent},
         )
         before = getattr(self.model, "current", None)
         try:
@@ -200,6 +227,11 @@ class Clone:
         if response.text:
             self._emit("assistant", text=response.text[:2000])
         return response
+
+    def _skill_spec(self) -> ToolSpec:
+        listing = "; ".join(f"{n}: {d}" for n, (d, _) in sorted(self.skill_catalog.items()))
+        base = _CONTROL_SPECS["skill"]
+        return ToolSpec(name="skill", description=f"{base.description} Available: {listing}", parameters=base.parameters)
 
     def _exit_spec(self) -> ToolSpec:
         return ToolSpec(name="exit_tool", description="Finish the task and return your result.", parameters=self.spec.exit_schema)
@@ -239,7 +271,7 @@ class Clone:
             text, is_error = await self._dispatch(call), False
         except ToolRetry as exc:
             text, is_error = f"Error: {exc}", True
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except Exception as exc:  # a failing tool is the model's problem to work around, not the run's end
             text, is_error = f"Error: {type(exc).__name__}: {exc}", True
         self._emit("tool_call_end", tool=call.name, call_id=call.id, is_error=is_error)
         if call.name != "exit_tool":
@@ -251,12 +283,16 @@ class Clone:
             return self._progress(call.arguments)
         if call.name == "tool_search":
             return self._tool_search(str(call.arguments.get("query", "")))
+        if call.name == "skill" and self.skill_catalog:
+            return self._load_skill(str(call.arguments.get("name", "")))
         if call.name == "switch_facet":
             raise ToolRetry("switch_facet is not available to subagents: a subagent's facet is fixed for the run")
         tool = self.tools.get(call.name)
         if tool is None or call.name not in self._visible:
             hint = " (it is deferred: load it with tool_search)" if tool is not None else ""
             raise ToolRetry(f"unknown tool {call.name!r}{hint}")
+        if call.name in BUILTIN_TOOLS:
+            _check_arguments(tool, call.arguments)
         return await tool.run(call.arguments, ToolContext(root=Path(self.spec.cwd)))
 
     def _progress(self, args: dict[str, Any]) -> str:
@@ -265,12 +301,28 @@ class Clone:
         return "progress recorded"
 
     def _tool_search(self, query: str) -> str:
-        q = query.lower()
-        found = [t for n, t in self.tools.items() if n not in self._visible and (q in n.lower() or q in t.spec.description.lower())]
+        """Find deferred tools: ``select:a,b`` names them exactly, else any word of the query
+        matching a tool's name or description. Found tools become callable from the next turn."""
+        deferred = {n: t for n, t in self.tools.items() if n not in self._visible}
+        q = query.strip()
+        if q.lower().startswith("select:"):
+            wanted = {w.strip() for w in q[7:].split(",")}
+            found = [t for n, t in deferred.items() if n in wanted]
+        else:
+            words = [w for w in q.lower().split() if w]
+            found = [t for n, t in deferred.items() if any(w in n.lower() or w in t.spec.description.lower() for w in words)]
         self._visible.update(t.name for t in found)
         if not found:
-            return "no deferred tool matches"
+            names = ", ".join(sorted(deferred)) or "none"
+            return f"no deferred tool matches {query!r}; deferred tools: {names}"
         return json.dumps([{"name": t.name, "description": t.spec.description, "parameters": t.spec.parameters} for t in found])
+
+    def _load_skill(self, name: str) -> str:
+        if name not in self.skill_catalog:
+            raise ToolRetry(f"unknown skill {name!r}; available: {', '.join(sorted(self.skill_catalog))}")
+        body = self.skill_catalog[name][1]
+        self._loaded_skills[name] = body
+        return f"[skill {name}]\n{body}"
 
     def _exit_call(self, call: ToolCall) -> tuple[Message, _Ending | None]:
         self._emit("tool_call_start", tool="exit_tool", call_id=call.id)
@@ -304,19 +356,32 @@ class Clone:
         return sum(len(m.content) + 40 * len(m.tool_calls) for m in self.messages) // 4
 
     def _maybe_compact(self) -> None:
+        """Summarise older turns once the context passed its budget.
+
+        Kept verbatim: the system prompt, injected skills, the task, skills loaded with the
+        ``skill`` tool, the latest progress snapshot (as a reminder) and the last few messages;
+        the earlier summary is folded into the new one.
+        """
         if self.context_tokens() <= self.spec.context_budget_tokens:
             return
-        pinned = [m for m in self.messages if m.pinned and m.role is not Role.ASSISTANT]
+        pinned = [m for m in self.messages if m.pinned and not m.content.startswith((_SUMMARY, _PROGRESS))]
+        previous = next((m.content[len(_SUMMARY) :].strip() for m in self.messages if m.pinned and m.content.startswith(_SUMMARY)), "")
         rest = [m for m in self.messages if not m.pinned]
         keep = _tail_from_user(rest, 4)
         dropped = rest[: len(rest) - len(keep)]
         if not dropped:
             return
-        summary = " | ".join(f"{m.role}: {m.content[:80]}" for m in dropped if m.content)[:2000]
-        extra = [Message(role=Role.USER, content=f"[summary of {len(dropped)} earlier messages] {summary}", pinned=True)]
+        lines = [previous[-1000:]] if previous else []
+        lines += [f"{m.role}: {_brief(m)}" for m in dropped if m.content or m.tool_calls]
+        extra = [Message(role=Role.USER, content=f"{_SUMMARY} " + " | ".join(lines)[-3000:], pinned=True)]
+        pinned_text = {m.content for m in pinned}
+        extra += [
+            Message(role=Role.USER, content=f"[skill {n}]\n{b}", pinned=True)
+            for n, b in self._loaded_skills.items()
+            if f"[skill {n}]\n{b}" not in pinned_text
+        ]
         if self.progress is not None:
-            extra.append(Message(role=Role.USER, content=f"[latest progress] {json.dumps(self.progress)}", pinned=True))
-        pinned = [m for m in pinned if not m.content.startswith(("[summary of", "[latest progress]"))]
+            extra.append(Message(role=Role.USER, content=f"{_PROGRESS} {json.dumps(self.progress)}", pinned=True))
         self.messages = pinned + extra + keep
         self._emit("compaction", dropped=len(dropped), tokens=self.context_tokens())
 
@@ -351,6 +416,26 @@ class Clone:
             self._emit("error", stop_reason=str(reason), detail=ending.detail[:2000])
         self._emit("result", **{k: v for k, v in result.to_json().items() if k in ("status", "stop_reason", "outcome", "error")})
         return result
+
+
+def _check_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
+    validator = _VALIDATORS.get(tool.name)
+    if validator is None:
+        validator = _VALIDATORS[tool.name] = jsonschema.Draft202012Validator(tool.spec.parameters)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    if error is not None:
+        where = "/".join(map(str, error.absolute_path)) or "arguments"
+        raise ToolRetry(f"invalid arguments for {tool.name}: {where}: {error.message}")
+
+
+_VALIDATORS: dict[str, jsonschema.Draft202012Validator] = {}
+"""Argument validators of the built-in tools (their schemas are fixed)."""
+
+
+def _brief(m: Message) -> str:
+    calls = ", ".join(c.name for c in m.tool_calls)
+    text = " ".join(m.content.split())[:80]
+    return f"{text} [called {calls}]" if calls else text
 
 
 def _tail_from_user(messages: list[Message], n: int) -> list[Message]:

@@ -68,20 +68,51 @@ class SimScript:
             raise ConfigError(f"cannot read simulation script: {exc}", str(path)) from exc
         return cls.from_data(data, str(path))
 
+    agents: dict[str, SimScript] = field(default_factory=dict)
+    """Per-definition scripts (``agents: {name: {default, clones}}``), for nested spawns where
+    parent and child clones share clone indexes; they win over ``default``/``clones``."""
+
     @classmethod
     def from_data(cls, data: Any, path: str = "<script>") -> SimScript:
-        if not isinstance(data, dict) or not set(data) <= {"default", "clones"}:
-            raise ConfigError("a script is a mapping with `default` and/or `clones`", path)
+        if not isinstance(data, dict) or not set(data) <= {"default", "clones", "agents"}:
+            raise ConfigError("a script is a mapping with `default`, `clones` and/or `agents`", path)
         clones_raw = data.get("clones") or {}
         if not isinstance(clones_raw, dict):
             raise ConfigError("`clones` maps a clone index to a list of steps", path, "clones")
-        clones = {int(k): _steps(v, path, f"clones.{k}") for k, v in clones_raw.items()}
-        return cls(default=_steps(data.get("default") or [], path, "default"), clones=clones)
+        clones = {_index(k, path): _steps(v, path, f"clones.{k}") for k, v in clones_raw.items()}
+        agents_raw = data.get("agents") or {}
+        if not isinstance(agents_raw, dict) or any(not isinstance(v, dict) or "agents" in v for v in agents_raw.values()):
+            raise ConfigError("`agents` maps a definition name to a script without `agents`", path, "agents")
+        agents = {str(name): cls.from_data(sub, path) for name, sub in agents_raw.items()}
+        return cls(default=_steps(data.get("default") or [], path, "default"), clones=clones, agents=agents)
 
-    def steps_for(self, clone_index: int) -> tuple[SimStep, ...] | None:
+    def steps_for(self, clone_index: int, agent: str | None = None) -> tuple[SimStep, ...] | None:
+        if agent is not None and agent in self.agents:
+            return self.agents[agent].steps_for(clone_index)
         if clone_index in self.clones:
             return self.clones[clone_index]
         return self.default or None
+
+
+def _index(raw: Any, path: str) -> int:
+    try:
+        index = int(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"clone index {raw!r} is not a whole number", path, f"clones.{raw}") from None
+    if index < 0 or isinstance(raw, bool):
+        raise ConfigError(f"clone index {raw!r} must be 0 or more", path, f"clones.{raw}")
+    return index
+
+
+_STEP_TYPES: dict[str, tuple[type, ...]] = {
+    "tool": (str,),
+    "args": (dict,),
+    "text": (str,),
+    "error": (int,),
+    "retry_after": (int, float),
+    "latency_ms": (int, float),
+    **dict.fromkeys(("hang", "drip", "malformed", "refuse", "html"), (bool,)),
+}
 
 
 def _steps(raw: Any, path: str, key: str) -> tuple[SimStep, ...]:
@@ -91,7 +122,13 @@ def _steps(raw: Any, path: str, key: str) -> tuple[SimStep, ...]:
     for i, step in enumerate(raw):
         if not isinstance(step, dict) or not set(step) <= _STEP_KEYS:
             raise ConfigError(f"step {i} must be a mapping of {sorted(_STEP_KEYS)}", path, f"{key}.{i}")
-        out.append(SimStep(**step))
+        for name, value in step.items():
+            kinds = _STEP_TYPES[name]
+            if value is not None and (not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool))):
+                raise ConfigError(f"step {i}: `{name}` must be {' or '.join(k.__name__ for k in kinds)}", path, f"{key}.{i}.{name}")
+        if step.get("error") is not None and not 400 <= step["error"] <= 599:
+            raise ConfigError(f"step {i}: `error` must be an HTTP error status (400-599)", path, f"{key}.{i}.error")
+        out.append(SimStep(**{k: v for k, v in step.items() if v is not None or k in ("error", "retry_after", "latency_ms")}))
     return tuple(out)
 
 
@@ -157,7 +194,7 @@ class SimBrain:
             return SimStep(error=429, retry_after=0)
         if roll < self.rate_429 + self.fail_rate:
             return SimStep(error=503)
-        steps = self.script.steps_for(int(req.metadata.get("clone_index", 0))) if self.script else None
+        steps = self.script.steps_for(int(req.metadata.get("clone_index", 0)), req.metadata.get("agent")) if self.script else None
         if steps is not None:
             if attempt < len(steps):
                 return steps[attempt]

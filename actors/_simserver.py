@@ -46,7 +46,9 @@ class SimServer:
         hang_s: longest a ``hang``/``drip`` answer lasts before the server gives up, in seconds.
     """
 
-    def __init__(self, brain: SimBrain, *, latency_ms: float = 0.0, drip_interval_s: float = 0.05, hang_s: float = 3600.0) -> None:
+    def __init__(
+        self, brain: SimBrain, *, latency_ms: float = 0.0, drip_interval_s: float = 0.05, hang_s: float = 3600.0
+    ) -> None:
         self.brain = brain
         self.latency_ms, self.drip_interval_s, self.hang_s = latency_ms, drip_interval_s, hang_s
         self.requests = 0
@@ -57,7 +59,7 @@ class SimServer:
 
     def app(self) -> web.Application:
         """The aiohttp application serving this state."""
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024 * 1024)  # long clone contexts
         app[SIM_SERVER] = self
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
@@ -98,7 +100,11 @@ class SimServer:
             return await self._drip(request)
         if step.malformed:
             self.outcomes["malformed"] += 1
-            return web.Response(status=200, text='{"id": "chatcmpl-sim", "choices": [{"message": {"content": "trunc', content_type="application/json")
+            return web.Response(
+                status=200,
+                text='{"id": "chatcmpl-sim", "choices": [{"message": {"content": "trunc',
+                content_type="application/json",
+            )
         status = step.error if step.error is not None else 200
         headers = {"Retry-After": f"{step.retry_after:g}"} if step.retry_after is not None else {}
         if step.html:
@@ -136,7 +142,11 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 
 def _html_page(status: int) -> str:
     title = f"{status} {_REASONS.get(status, 'Error')}"
-    return f"<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n<center><h1>{title}</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+    # The shape of a reverse proxy's stock error page, the usual HTML a client meets.
+    return (
+        f"<html>\r\n<head><title>{title}</title></head>\r\n<body>\r\n"
+        f"<center><h1>{title}</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n"
+    )
 
 
 def request_from_openai(body: Any) -> ModelRequest:
@@ -198,9 +208,14 @@ def response_to_openai(resp: ModelResponse, model: str, number: int) -> dict[str
         message["content"], message["refusal"] = None, resp.text or "I can't help with that."
     if resp.tool_calls:
         message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in resp.tool_calls
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            for c in resp.tool_calls
         ]
-    usage = {"prompt_tokens": resp.usage.input_tokens, "completion_tokens": resp.usage.output_tokens, "total_tokens": resp.usage.total_tokens}
+    usage = {
+        "prompt_tokens": resp.usage.input_tokens,
+        "completion_tokens": resp.usage.output_tokens,
+        "total_tokens": resp.usage.total_tokens,
+    }
     return {
         "id": f"chatcmpl-sim-{number}",
         "object": "chat.completion",
@@ -272,7 +287,12 @@ async def start_server(
 
 
 def serve_main(
-    port: int = 8000, latency_ms: float = 0.0, fail_rate: float = 0.0, rate_429: float = 0.0, script: str | None = None, seed: int = 0
+    port: int = 8000,
+    latency_ms: float = 0.0,
+    fail_rate: float = 0.0,
+    rate_429: float = 0.0,
+    script: str | None = None,
+    seed: int = 0,
 ) -> int:
     """Serve the simulated provider on ``127.0.0.1:port`` until SIGINT or SIGTERM.
 

@@ -81,7 +81,11 @@ class CloneSpec:
     sim_script: SimScript | None = None
     warnings: tuple[str, ...] = ()
     parent: str | None = None
+    """Job id of the spawning clone, for nested spawns."""
     depth: int = 0
+    """Nesting depth: 0 for a batch started by a user."""
+    allow_subagent_spawn: bool = False
+    """Gives the clone the ``subagent`` and job-control tools."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,8 +12,9 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
+from ..cluster._connect import NAMESPACE, SCHEDULER_NAME
 from ..config import Config
-from ..errors import ClusterError
+from ..errors import ClonefleetError, ClusterError
 from ._host import HostCore
 from ._sim import SimScript
 from ._spec import CloneSpec
@@ -32,7 +33,7 @@ class CloneHostActor:
     def _host(self) -> HostCore:
         # Loop-bound objects (events, HTTP clients) are made on first use inside the actor's loop.
         if self._core is None:
-            self._core = HostCore(self._config, sim_script=self._script)
+            self._core = HostCore(self._config, sim_script=self._script, control=SchedulerControl())
         return self._core
 
     async def start(self, specs: list[CloneSpec]) -> int:
@@ -51,6 +52,44 @@ class CloneHostActor:
     async def aclose(self) -> None:
         if self._core is not None:
             await self._core.aclose()
+
+
+class SchedulerControl:
+    """Job control for spawning clones, backed by the named scheduler actor."""
+
+    def __init__(self) -> None:
+        self._handle: Any = None
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if self._handle is None:
+            self._handle = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
+        try:
+            return await getattr(self._handle, method).remote(*args, **kwargs)
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ClonefleetError):
+                raise cause from None
+            raise ClusterError(f"scheduler call {method} failed: {type(exc).__name__}") from None
+        except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
+            raise ClusterError(f"the scheduler is unavailable: {type(exc).__name__}") from None
+
+    async def spawn(self, request: dict[str, Any], parent_job_id: str) -> dict[str, Any]:
+        return await self._call("spawn_nested", request, parent_job_id)
+
+    async def job_status(self, job_id: str) -> dict[str, Any]:
+        return await self._call("job_status", job_id)
+
+    async def job_result(self, job_id: str) -> dict[str, Any]:
+        return await self._call("job_result", job_id)
+
+    async def job_cancel(self, job_id: str) -> dict[str, Any]:
+        return await self._call("job_cancel", job_id)
+
+    async def job_block(self, job_ids: list[str], wait_seconds: float | None, timeout_seconds: float | None) -> dict[str, Any]:
+        return await self._call("job_block", job_ids, wait_seconds, timeout_seconds)
+
+    async def list_jobs(self, **filters: Any) -> dict[str, Any]:
+        return await self._call("list_jobs", **filters)
 
 
 class CloneHost:

@@ -30,9 +30,7 @@ from typing import Any
 import aiohttp
 import httpx
 
-# TODO(#4): import these from `clonefleet.actors` once the package re-exports them.
-from clonefleet.actors._http import build_provider, make_client
-from clonefleet.actors._types import Message, ModelRequest, Role, ToolSpec
+from clonefleet.actors import Message, ModelRequest, Role, ToolSpec, build_provider, make_client
 from clonefleet.config import ProviderConfig
 
 RESULTS = Path(__file__).parent / "results" / "http_concurrency.json"
@@ -41,7 +39,11 @@ ROUND_LIMIT_S = 120.0
 
 EXIT_SCHEMA = {"type": "object", "properties": {"success": {"type": "boolean"}, "summary": {"type": "string"}}}
 TOOLS = (
-    ToolSpec(name="progress_update", description="Report progress.", parameters={"type": "object", "properties": {"summary": {"type": "string"}}}),
+    ToolSpec(
+        name="progress_update",
+        description="Report progress.",
+        parameters={"type": "object", "properties": {"summary": {"type": "string"}}},
+    ),
     ToolSpec(name="exit_tool", description="Finish.", parameters=EXIT_SCHEMA),
 )
 
@@ -50,7 +52,10 @@ def payload(i: int) -> dict[str, Any]:
     return {
         "model": "sim-small",
         "messages": [{"role": "system", "content": "You review code."}, {"role": "user", "content": f"Review file_{i}.py"}],
-        "tools": [{"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}} for t in TOOLS],
+        "tools": [
+            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+            for t in TOOLS
+        ],
         "user": f"bench/{i}",
     }
 
@@ -83,7 +88,9 @@ class Client:
             self._httpx = make_client(self.n, 60.0)
             return self._via_httpx(url)
         if self.mode == "raw aiohttp":
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.n), timeout=aiohttp.ClientTimeout(total=60))
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.n), timeout=aiohttp.ClientTimeout(total=60)
+            )
             return self._via_aiohttp(url)
         if self.mode == "clonefleet OpenAIModel":
             cfg = ProviderConfig(kind="openai", base_url=self.base_url, max_connections=self.n, timeout_s=60.0)
@@ -144,7 +151,9 @@ async def one_round(send: Send, n: int) -> dict[str, Any]:
         errors.append(f"round exceeded {ROUND_LIMIT_S:g}s")
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     latencies.sort()
-    pct = (lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000) if latencies else (lambda q: float("nan"))
+    pct = (
+        (lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000) if latencies else (lambda q: float("nan"))
+    )
     return {
         "ok": len(latencies),
         "errors": len(errors),
@@ -174,8 +183,10 @@ async def run_mode(mode: str, base_url: str, n: int, rounds: int) -> list[dict[s
 
 
 def start_server(latency_ms: float) -> tuple[subprocess.Popen[str], str]:
-    code = f"from clonefleet.actors._simserver import serve_main; raise SystemExit(serve_main(0, latency_ms={latency_ms!r}))"
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    code = f"from clonefleet.actors import serve_main; raise SystemExit(serve_main(0, latency_ms={latency_ms!r}))"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
     line = proc.stdout.readline() if proc.stdout else ""
     if not line.startswith("serving simulated provider on "):
         proc.kill()
@@ -193,13 +204,16 @@ def stop_server(proc: subprocess.Popen[str]) -> None:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = f"{'client':<26} {'round':<6} {'ok':>5} {'err':>4} {'wall s':>7} {'cpu s':>6} {'cpu ms/req':>10} {'req/s':>7} {'p50 ms':>7} {'p95 ms':>7}"
+    head = (
+        f"{'client':<26} {'round':<6} {'ok':>5} {'err':>4} {'wall s':>7} {'cpu s':>6} "
+        f"{'cpu ms/req':>10} {'req/s':>7} {'p50 ms':>7} {'p95 ms':>7}"
+    )
     lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(
-            f"{r['mode']:<26} {r['phase']:<6} {r['ok']:>5} {r['errors']:>4} {r['wall_s']:>7.3f} {r['client_cpu_s']:>6.3f} "
-            f"{r['cpu_ms_per_request']:>10.3f} {r['requests_per_s']:>7.1f} {r['p50_ms']:>7.1f} {r['p95_ms']:>7.1f}"
-        )
+    lines += [
+        f"{r['mode']:<26} {r['phase']:<6} {r['ok']:>5} {r['errors']:>4} {r['wall_s']:>7.3f} {r['client_cpu_s']:>6.3f} "
+        f"{r['cpu_ms_per_request']:>10.3f} {r['requests_per_s']:>7.1f} {r['p50_ms']:>7.1f} {r['p95_ms']:>7.1f}"
+        for r in rows
+    ]
     return "\n".join(lines)
 
 

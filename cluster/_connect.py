@@ -18,6 +18,8 @@ from ..errors import ClusterError
 __all__ = ["ClusterConfig", "ClusterSession", "loopback_environment"]
 
 NAMESPACE = "clonefleet"
+SCHEDULER_NAME = "scheduler"
+"""The scheduler actor's name in :data:`NAMESPACE`."""
 
 
 def loopback_environment() -> None:
@@ -29,6 +31,16 @@ def loopback_environment() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_DISABLE_IMPORT_WARNING", "1")
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+
+def _token_auth_for_client() -> None:
+    # A cluster started with `ray start` uses token authentication and writes the token to
+    # ~/.ray/auth_token; a client given an explicit address only sends it in token mode.
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    token_file = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    if os.environ.get("RAY_AUTH_TOKEN") or os.path.isfile(token_file):
+        os.environ["RAY_AUTH_MODE"] = "token"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +83,8 @@ class ClusterSession:
             ClusterError: Ray could not be started or reached.
         """
         loopback_environment()
+        if self.address:
+            _token_auth_for_client()  # read by Ray at import time
         import ray
 
         if ray.is_initialized():

@@ -193,7 +193,9 @@ def _rules(
             broken.append(("switch-facet-listed", keys[key], "`switch_facet` is never available to a subagent"))
     for tool in tools_deny:
         if tool.startswith("tag!"):
-            broken.append(("tools-deny-tag", keys["tools_deny"], f"{tool!r}: use literal tool names, not tag! references"))
+            broken.append(
+                ("tools-deny-tag", keys["tools_deny"], f"{tool!r}: use literal tool names, not tag! references")
+            )
         elif _is_shorthand(tool):
             broken.append(
                 ("tools-deny-mcp-shorthand", keys["tools_deny"], f"{tool!r}: name full mcp__<server>__<tool> tools")
@@ -207,11 +209,11 @@ def _rules(
             broken.append(("deny-and-undeferred", keys["undeferred_tools"], f"{tool!r} is also in tools_deny"))
     if not inherit_tools and tools is not None and not any(_is_shorthand(t) for t in tools):
         always = set(CONTROL_TOOLS) | (set(SPAWN_TOOLS) if allow_spawn else set())
-        for tool in undeferred:
-            if tool not in tools and tool not in always and not tool.startswith("tag!"):
-                broken.append(
-                    ("undeferred-not-granted", keys["undeferred_tools"], f"{tool!r} is undeferred but not in tools")
-                )
+        missing = [t for t in undeferred if t not in tools and t not in always and not t.startswith("tag!")]
+        broken += [
+            ("undeferred-not-granted", keys["undeferred_tools"], f"{t!r} is undeferred but not in tools")
+            for t in missing
+        ]
     return broken
 
 
@@ -270,7 +272,7 @@ def check_exit_schema(schema: Any, key: str, path: str | None) -> dict[str, Any]
     if not isinstance(schema, dict):
         raise _rule_error("exit-schema-invalid", key, "the exit schema must be a JSON object", path)
     try:
-        plain = json.loads(json.dumps(schema, allow_nan=False))
+        plain: dict[str, Any] = json.loads(json.dumps(schema, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise _rule_error("exit-schema-invalid", key, f"the exit schema is not JSON data ({exc})", path) from None
     try:
@@ -283,7 +285,10 @@ def check_exit_schema(schema: Any, key: str, path: str | None) -> dict[str, Any]
     for ref in _walk_refs(plain):
         if not ref.startswith("#"):
             raise _rule_error(
-                "exit-schema-ref", key, f"$ref {ref!r} points outside the schema document (refs are never fetched)", path
+                "exit-schema-ref",
+                key,
+                f"$ref {ref!r} points outside the schema document (refs are never fetched)",
+                path,
             )
         fragment = ref[1:]
         if fragment and not fragment.startswith("/"):
@@ -293,7 +298,9 @@ def check_exit_schema(schema: Any, key: str, path: str | None) -> dict[str, Any]
         try:
             _resolve_pointer(plain, fragment)
         except LookupError:
-            raise _rule_error("exit-schema-ref", key, f"$ref {ref!r} does not resolve inside the document", path) from None
+            raise _rule_error(
+                "exit-schema-ref", key, f"$ref {ref!r} does not resolve inside the document", path
+            ) from None
     return plain
 
 
@@ -410,7 +417,9 @@ def _build_native(raw: RawDefinition, stem: str | None, shipped: bool) -> Defini
         )
     description = fm.get("description")
     if not isinstance(description, str) or not description.strip():
-        raise _rule_error("description-required", "description", "a native definition needs a `description` string", path)
+        raise _rule_error(
+            "description-required", "description", "a native definition needs a `description` string", path
+        )
     table = fm.get(ns) or {}
     if not isinstance(table, dict):
         raise _rule_error("key-type", ns, f"`{ns}:` must be a mapping of keys", path)
@@ -534,9 +543,7 @@ def build_definition(raw: RawDefinition, stem: str | None = None, *, shipped: bo
     return _build_claude(raw, stem, shipped)
 
 
-def build_python(
-    spec: Mapping[str, Any], *, path: str | None = None, expected_name: str | None = None
-) -> Definition:
+def build_python(spec: Mapping[str, Any], *, path: str | None = None, expected_name: str | None = None) -> Definition:
     """Build a python-dialect definition from keyword arguments or a config ``subagents`` entry.
 
     Raises:

@@ -178,7 +178,9 @@ def subagent_search_path(
     last: dict[Path, int] = {}
     for i, (folder, _) in enumerate(layers):
         last[Path(os.path.abspath(folder))] = i
-    return [(folder, explicit) for i, (folder, explicit) in enumerate(layers) if last[Path(os.path.abspath(folder))] == i]
+    return [
+        (folder, explicit) for i, (folder, explicit) in enumerate(layers) if last[Path(os.path.abspath(folder))] == i
+    ]
 
 
 def _origin(defn: Definition) -> str:
@@ -224,7 +226,9 @@ class Catalog:
                 )
         guess = difflib.get_close_matches(name, list(self.definitions), n=1)
         hint = f" (did you mean {guess[0]!r}?)" if guess else ""
-        raise DefinitionError(f"unknown agent {name!r}{hint}; available agents: {available}", "unknown-agent", None, "name")
+        raise DefinitionError(
+            f"unknown agent {name!r}{hint}; available agents: {available}", "unknown-agent", None, "name"
+        )
 
     def listed(self) -> list[Definition]:
         """Definitions shown to models and users, sorted by name (``_default`` is left out)."""

@@ -18,7 +18,14 @@ import yaml
 from ..errors import DefinitionError
 from ._model import LoadReason
 
-__all__ = ["MAX_FRONTMATTER_BYTES", "RawDefinition", "load_yaml_mapping", "parse_file", "parse_text", "split_frontmatter"]
+__all__ = [
+    "MAX_FRONTMATTER_BYTES",
+    "RawDefinition",
+    "load_yaml_mapping",
+    "parse_file",
+    "parse_text",
+    "split_frontmatter",
+]
 
 MAX_FRONTMATTER_BYTES = 64 * 1024
 """Frontmatter larger than this (UTF-8 bytes) is rejected as ``invalid-frontmatter``."""
@@ -53,15 +60,15 @@ class RawDefinition:
 class _FrontmatterLoader(yaml.SafeLoader):
     """SafeLoader without anchors/aliases, duplicate keys or implicit timestamps."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
-        event = self.peek_event()
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise yaml.MarkedYAMLError(
                 problem="YAML anchors and aliases are not allowed in frontmatter", problem_mark=event.start_mark
             )
         return super().compose_node(parent, index)
 
-    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:  # type: ignore[override]
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
@@ -247,7 +254,5 @@ def parse_file(path: Path) -> RawDefinition:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DefinitionError(
-            f"the file is not UTF-8 text (byte {exc.start})", LoadReason.IO_ERROR, where
-        ) from None
+        raise DefinitionError(f"the file is not UTF-8 text (byte {exc.start})", LoadReason.IO_ERROR, where) from None
     return parse_text(text, where)

@@ -14,14 +14,14 @@ import functools
 import keyword
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from jinja2 import Template, TemplateSyntaxError, UndefinedError
 from jinja2 import TemplateError as JinjaTemplateError
-from jinja2.sandbox import SecurityError
+from jinja2.exceptions import SecurityError
 
 from ..errors import TemplateError, UsageError
 from ._model import Definition, RenderedClone
@@ -107,7 +107,14 @@ def transclude(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=256)
+def _compile_cached(source: str) -> Template:
+    return guarded_environment().from_string(source)
+
+
 def _compile(source: str) -> Template:
+    # Only small sources are cached, so a long-lived host never pins hundreds of MiB of templates.
+    if len(source) <= 64 * 1024:
+        return _compile_cached(source)
     return guarded_environment().from_string(source)
 
 
@@ -121,13 +128,17 @@ def _template_line(exc: BaseException) -> int | None:
     return line
 
 
-def _translate(exc: BaseException, what: str, variables: Mapping[str, Any], path: str | None, field: str) -> TemplateError:
+def _translate(
+    exc: BaseException, what: str, variables: Mapping[str, Any], path: str | None, field: str
+) -> TemplateError:
     line = _template_line(exc)
     at = f" (line {line})" if line else ""
     if isinstance(exc, TemplateSyntaxError):
         return TemplateError(f"{what}: template syntax error{at}: {exc.message}", "template-syntax", path, field)
     if isinstance(exc, SecurityError):
-        return TemplateError(f"{what}: not allowed by the template sandbox{at}: {exc}", "template-security", path, field)
+        return TemplateError(
+            f"{what}: not allowed by the template sandbox{at}: {exc}", "template-security", path, field
+        )
     if isinstance(exc, UndefinedError):
         names = ", ".join(sorted(variables))
         return TemplateError(
@@ -197,13 +208,17 @@ def render_template(
     if "{" not in source:
         return source  # nothing to render; skips compiling plain-text prompts
     _check_source(source, what, path, field)
+    try:
+        # Compiling is bounded by the source caps; the time budget covers running the template.
+        template = _compile(source)
+    except Exception as exc:  # noqa: BLE001
+        raise _translate(exc, what, variables, path, field) from None
     end = clock() + timeout_s
     budget = Budget(min(end, deadline) if deadline is not None else end, clock)
     token = set_budget(budget)
     chunks = None
     try:
-        template = _compile(source)
-        chunks = template.generate(variables)
+        chunks = cast(Generator[str, None, None], template.generate(variables))
         out: list[str] = []
         total = 0
         for chunk in chunks:

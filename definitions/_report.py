@@ -37,7 +37,9 @@ def _load_paths(paths: Sequence[Path], config: Config | None) -> DirectoryLoad:
             try:
                 defn = load_file(path, shipped=_is_shipped(path))
             except DefinitionError as exc:
-                total.errors.append(LoadFailure(path=exc.path or str(path), reason=str(exc.reason), message=exc.message))
+                total.errors.append(
+                    LoadFailure(path=exc.path or str(path), reason=str(exc.reason), message=exc.message)
+                )
                 continue
             total.definitions.append(defn)
             total.warnings += [LoadWarning(path=defn.path, name=defn.name, message=m) for m in defn.warnings]

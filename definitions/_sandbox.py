@@ -19,10 +19,11 @@ import time
 import types
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from jinja2 import StrictUndefined, nodes
 from jinja2.compiler import CodeGenerator, Frame
+from jinja2.exceptions import SecurityError
 from jinja2.filters import (
     FILTERS,
     do_batch,
@@ -36,7 +37,7 @@ from jinja2.filters import (
     sync_do_slice,
     sync_do_sum,
 )
-from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Cycler, Joiner, Namespace, pass_environment, pass_eval_context
 
 __all__ = ["MAX_OUTPUT_CHARS", "MAX_RANGE", "RENDER_TIMEOUT_S", "Budget", "TemplateLimitError", "guarded_environment"]
@@ -49,7 +50,7 @@ MAX_INT_BITS = 65_536
 """Largest integer (in bits) ``*`` and ``**`` may produce."""
 MAX_WIDTH = 10_000
 """Largest padding width or precision in format specs and width-like filter arguments."""
-RENDER_TIMEOUT_S = 1.0
+RENDER_TIMEOUT_S = 0.5
 """Wall-clock budget of one template render, in seconds."""
 
 # Methods of str/bytes a template may call; the amplifying ones are checked in `_guard_str_method`.
@@ -63,6 +64,9 @@ _STR_METHODS = frozenset(
     }
 )  # fmt: skip
 _PRINTF = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?[hlL]?[a-zA-Z%]")
+
+
+_T = TypeVar("_T")
 
 
 class TemplateLimitError(Exception):
@@ -122,7 +126,7 @@ def _deep_size(value: Any, what: str, limit: int = MAX_OUTPUT_CHARS) -> int:
     return total
 
 
-def _check_len(value: Any, what: str) -> Any:
+def _check_len(value: _T, what: str) -> _T:
     """Reject a string over the cap, or a container whose full (shared-counted) size is."""
     if isinstance(value, (str, bytes)):
         if len(value) > MAX_OUTPUT_CHARS:
@@ -166,8 +170,8 @@ def _replace_size(text: str | bytes, old: Any, new: Any, count: Any = -1) -> int
     return len(text) + hits * (len(new) - len(old))
 
 
-def _join_checked(sep: Any, items: Iterable[Any]) -> str:
-    sep = str(sep)
+def _join_checked(separator: Any, items: Iterable[Any]) -> str:
+    sep = str(separator)
     parts: list[str] = []
     total = 0
     for i, item in enumerate(items):
@@ -256,7 +260,7 @@ def _f_batch(value: Iterable[Any], linecount: int, fill_with: Any = None) -> Ite
 
 def _f_slice(value: Iterable[Any], slices: int, fill_with: Any = None) -> Iterator[list[Any]]:
     _check_width(slices, "slice count")
-    return sync_do_slice(value, slices, fill_with)
+    return sync_do_slice(list(value), slices, fill_with)
 
 
 @pass_environment
@@ -356,9 +360,7 @@ class _GuardedCodeGenerator(CodeGenerator):
 
     def visit_For(self, node: nodes.For, frame: Frame) -> None:
         wrapped = nodes.Call(nodes.EnvironmentAttribute("guard_iter"), [node.iter], [], None, None)
-        guarded = nodes.For(
-            node.target, wrapped, node.body, node.else_, node.test, node.recursive, lineno=node.lineno
-        )
+        guarded = nodes.For(node.target, wrapped, node.body, node.else_, node.test, node.recursive, lineno=node.lineno)
         super().visit_For(guarded, frame)
 
 
@@ -374,7 +376,7 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
         self.globals.update(range=_capped_range, dict=dict, namespace=_Namespace, joiner=Joiner, cycler=Cycler)
         self.finalize = _finalize
         self.filters = _filters()
-        self.concat = self.guarded_concat  # type: ignore[assignment]
+        self.concat = self.guarded_concat  # type: ignore[method-assign]
 
     # Hooks referenced from generated code ------------------------------------------------------
     def guard_value(self, value: Any) -> Any:

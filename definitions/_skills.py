@@ -134,7 +134,9 @@ def _load_folder(folder: Path, follow: bool, catalog: SkillCatalog) -> None:
         try:
             skill = _load_skill(path, skill_md)
         except DefinitionError as exc:
-            catalog.errors.append(LoadFailure(path=exc.path or str(skill_md), reason=str(exc.reason), message=exc.message))
+            catalog.errors.append(
+                LoadFailure(path=exc.path or str(skill_md), reason=str(exc.reason), message=exc.message)
+            )
             continue
         catalog.skills[skill.name] = skill
 

@@ -57,11 +57,19 @@ def check_count(count: Any, config: Config) -> int:
     return count
 
 
-def resolve_tools(defn: Definition) -> tuple[str, ...]:
-    """The built-in tools a clone of ``defn`` may call (``None`` tools = every built-in)."""
-    names = list(BUILTIN_TOOLS) if defn.tools is None else [CLAUDE_ALIASES.get(t, t) for t in defn.tools]
+def resolve_tools(defn: Definition, caller_tools: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The built-in tools a clone of ``defn`` may call.
+
+    ``tools`` absent means every tool of the caller; ``inherit_tools`` unions the caller's tools
+    into the declared ones (``switch_facet`` is never inherited); ``tools_deny`` removes. A user
+    at the command line is a caller with every built-in tool.
+    """
+    caller = list(BUILTIN_TOOLS) if caller_tools is None else [t for t in caller_tools if t != "switch_facet"]
+    names = caller if defn.tools is None else [CLAUDE_ALIASES.get(t, t) for t in defn.tools]
     if "tag!ALL" in names:
         names = list(BUILTIN_TOOLS)
+    if defn.inherit_tools:
+        names = names + caller
     deny = set(defn.tools_deny)
     return tuple(n for n in dict.fromkeys(names) if n in BUILTIN_TOOLS and n not in deny)
 
@@ -79,7 +87,14 @@ def _launch_dir(req: BatchRequest, caller_cwd: Path) -> Path:
 
 
 def plan_specs(
-    req: BatchRequest, catalog: Catalog, config: Config, *, batch_id: str, job_ids: Sequence[str], caller_cwd: Path
+    req: BatchRequest,
+    catalog: Catalog,
+    config: Config,
+    *,
+    batch_id: str,
+    job_ids: Sequence[str],
+    caller_cwd: Path,
+    caller_tools: Sequence[str] | None = None,
 ) -> tuple[CloneSpec, ...]:
     """Render every clone of the batch and return their specs (nothing is started).
 
@@ -100,7 +115,7 @@ def plan_specs(
     except ConfigError as exc:
         raise UsageError(f"{req.agent}: {exc.message}") from None
     starts = [i % len(candidates) for i in range(count)]
-    tools = resolve_tools(defn)
+    tools = resolve_tools(defn, caller_tools)
     rendered = render_batch(
         defn,
         prompt=req.prompt,
@@ -140,6 +155,7 @@ def plan_specs(
             warnings=tuple(defn.warnings),
             parent=req.parent,
             depth=req.depth,
+            allow_subagent_spawn=defn.allow_subagent_spawn,
         )
         for r in rendered
     )

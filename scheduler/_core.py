@@ -13,10 +13,12 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 from ..actors._host import FINAL_EVENT, crashed_result
+from ..actors._jobtools import JobControl
 from ..actors._sim import SimScript
 from ..actors._spec import CloneSpec
 from ..config import Config
@@ -43,7 +45,9 @@ class HostLike(Protocol):
     async def close(self) -> None: ...
 
 
-HostFactory = Callable[[str, Config, SimScript | None], HostLike]
+HostFactory = Callable[[str, Config, SimScript | None, JobControl], HostLike]
+"""Makes a host for ``(host_id, config, sim_script, control)``; ``control`` is the in-process
+job control of this core (an actor-backed host reaches the scheduler actor by name instead)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,6 +62,35 @@ class BatchSubmission:
     """Clones per host actor; ``None`` = chosen automatically."""
     max_concurrency: int | None = None
     """Jobs of this batch running at once; ``None`` = no per-batch cap."""
+    subagents_dirs: tuple[str, ...] = ()
+    """``--subagents-dir`` entries, reused when a clone of this batch spawns subagents."""
+    project_path: str | None = None
+    """The submitting caller's directory (where ``.clonefleet/subagents/`` is looked up)."""
+
+
+class CoreControl:
+    """In-process :class:`JobControl` over a core (used by in-process hosts)."""
+
+    def __init__(self, core: SchedulerCore) -> None:
+        self.core = core
+
+    async def spawn(self, request: dict[str, Any], parent_job_id: str) -> dict[str, Any]:
+        return await self.core.spawn_nested(request, parent_job_id)
+
+    async def job_status(self, job_id: str) -> dict[str, Any]:
+        return self.core.job_status(job_id)
+
+    async def job_result(self, job_id: str) -> dict[str, Any]:
+        return self.core.job_result(job_id)
+
+    async def job_cancel(self, job_id: str) -> dict[str, Any]:
+        return await self.core.job_cancel(job_id)
+
+    async def job_block(self, job_ids: list[str], wait_seconds: float | None, timeout_seconds: float | None) -> dict[str, Any]:
+        return await self.core.job_block(job_ids, wait_seconds, timeout_seconds)
+
+    async def list_jobs(self, **filters: Any) -> dict[str, Any]:
+        return self.core.list_jobs(**filters)
 
 
 def choose_clones_per_actor(count: int, cpus: int, nodes: int = 1) -> int:
@@ -89,9 +122,11 @@ class SchedulerCore:
         self._batch_cap: dict[str, int | None] = {}
         self._batch_running: dict[str, int] = {}
         self._batches: dict[str, list[str]] = {}
+        self._batch_meta: dict[str, BatchSubmission] = {}
+        self.control = CoreControl(self)
         self._children: dict[str, list[str]] = {}
         self._running = 0
-        self._log: list[dict[str, Any]] = []
+        self._log: list[tuple[frozenset[str], str, dict[str, Any]]] = []
         self._tick = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._host_seq = 0
@@ -122,6 +157,7 @@ class SchedulerCore:
             if spec.job_id in self.jobs or spec.job_id not in self._reserved_ids:
                 raise UsageError(f"job id {spec.job_id} was not reserved by this scheduler")
         self._batches[sub.batch_id] = [s.job_id for s in sub.specs]
+        self._batch_meta[sub.batch_id] = replace(sub, specs=())
         self._batch_cap[sub.batch_id] = sub.max_concurrency
         self._batch_running[sub.batch_id] = 0
         self._queues[sub.batch_id] = deque()
@@ -153,7 +189,7 @@ class SchedulerCore:
         for start in range(0, len(sub.specs), per):
             chunk = sub.specs[start : start + per]
             self._host_seq += 1
-            host = self._factory(f"h{self._host_seq}", sub.config, sub.sim_script)
+            host = self._factory(f"h{self._host_seq}", sub.config, sub.sim_script, self.control)
             self._host_jobs[host.host_id] = {s.job_id for s in chunk}
             for spec in chunk:
                 self._job_host[spec.job_id] = host
@@ -259,20 +295,29 @@ class SchedulerCore:
         self._record(job_id, {"type": "error", "ts": time.time(), "stop_reason": "abnormal", "detail": detail})
         self._finish(rec, crashed_result(fields, detail))
 
+    def _envelope(self, rec: JobRecord, event: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "type": "subagent_event",
+            "parent_session_id": rec.parent or rec.batch_id,
+            "subagent_run_id": rec.job_id,
+            "subagent_type": rec.agent,
+            "display_name": display_name(rec.agent, rec.clone_index),
+            "batch_id": rec.batch_id,
+            "event": event,
+        }
+
     def _record(self, job_id: str, event: dict[str, Any]) -> None:
+        """Log one clone event, wrapped once per ancestor: a grandchild's event arrives inside
+        its parent's envelope inside the root job's envelope."""
         rec = self.jobs[job_id]
-        self._log.append(
-            {
-                "type": "subagent_event",
-                "seq": len(self._log),
-                "parent_session_id": rec.parent or rec.batch_id,
-                "subagent_run_id": job_id,
-                "subagent_type": rec.agent,
-                "display_name": display_name(rec.agent, rec.clone_index),
-                "batch_id": rec.batch_id,
-                "event": event,
-            }
-        )
+        env = self._envelope(rec, event)
+        chain = [job_id]
+        while rec.parent is not None and rec.parent in self.jobs:
+            rec = self.jobs[rec.parent]
+            chain.append(rec.job_id)
+            env = self._envelope(rec, env)
+        env["seq"] = len(self._log)
+        self._log.append((frozenset(chain), event["type"], env))
         tick, self._tick = self._tick, asyncio.Event()
         tick.set()
 
@@ -280,6 +325,49 @@ class SchedulerCore:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    # -- nested spawns --------------------------------------------------------------------
+    async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> dict[str, Any]:
+        """Start a batch on behalf of a running clone (the ``subagent`` tool).
+
+        The child batch inherits its parent batch's config, simulation script and definition
+        directories; its launch directory defaults to the parent's and may not leave it.
+
+        Raises:
+            UsageError: parent not running, depth past ``limits.max_depth``, bad count or cwd.
+            DefinitionError: unknown agent or render failure (nothing started).
+        """
+        from ..definitions import load_catalog
+        from ._batch import BatchRequest, check_count, plan_specs
+
+        parent = self._get(parent_job_id)
+        parent_spec = self._specs.get(parent_job_id)
+        if parent.state is not JobState.RUNNING or parent_spec is None:
+            raise UsageError(f"job {parent_job_id} is {parent.state}; only a running clone can spawn subagents")
+        meta = self._batch_meta[parent.batch_id]
+        depth = parent.depth + 1
+        if depth > meta.config.limits.max_depth:
+            raise UsageError(f"nesting depth {depth} exceeds limits.max_depth ({meta.config.limits.max_depth}); finish the task without another subagent")
+        agent = request.get("subagent_type") or "_default"
+        req = BatchRequest(
+            agent=str(agent),
+            prompt=str(request.get("prompt", "")),
+            count=request.get("count", 1),
+            model=request.get("model_override"),
+            cwd=request.get("cwd"),
+            parent=parent_job_id,
+            depth=depth,
+        )
+        project = Path(meta.project_path or parent_spec.cwd)
+        catalog = await asyncio.to_thread(load_catalog, project, [Path(d) for d in meta.subagents_dirs], meta.config)
+        batch_id, job_ids = self.reserve_ids(check_count(req.count, meta.config))
+        try:
+            specs = plan_specs(req, catalog, meta.config, batch_id=batch_id, job_ids=job_ids, caller_cwd=Path(parent_spec.cwd), caller_tools=parent_spec.tools)
+        except Exception:
+            self._reserved_ids.difference_update(job_ids)
+            raise
+        sub = replace(meta, batch_id=batch_id, specs=specs, clones_per_actor=None, max_concurrency=None)
+        return self.submit(sub)
 
     # -- job control ---------------------------------------------------------------------
     def _get(self, job_id: str) -> JobRecord:
@@ -384,10 +472,9 @@ class SchedulerCore:
 
     def _scan(self, ids: set[str] | None, cursor: int, kinds: frozenset[str], limit: int) -> tuple[list[dict[str, Any]], int]:
         out = []
-        pos = cursor
         for pos in range(cursor, len(self._log)):
-            env = self._log[pos]
-            if (ids is None or env["subagent_run_id"] in ids) and env["event"]["type"] in kinds:
+            chain, kind, env = self._log[pos]
+            if (ids is None or not ids.isdisjoint(chain)) and kind in kinds:
                 out.append(env)
                 if len(out) >= limit:
                     return out, pos + 1

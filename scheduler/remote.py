@@ -20,14 +20,15 @@ from ._core import BatchSubmission, SchedulerCore
 
 __all__ = ["SCHEDULER_NAME", "NAMESPACE", "RayHost", "SchedulerActor", "get_or_create_scheduler"]
 
-SCHEDULER_NAME = "scheduler"
-NAMESPACE = "clonefleet"
+from ..cluster._connect import NAMESPACE, SCHEDULER_NAME
 
 
 class RayHost:
     """A :class:`~clonefleet.scheduler._core.HostLike` backed by a clone-host actor."""
 
-    def __init__(self, host_id: str, config: Config, sim_script: SimScript | None) -> None:
+    def __init__(self, host_id: str, config: Config, sim_script: SimScript | None, control: object = None) -> None:
+        # ``control`` is the core's in-process job control; an actor host reaches the
+        # scheduler actor by name instead (see clonefleet.actors.remote.SchedulerControl).
         self.host_id = host_id
         self._host = CloneHost.create(host_id, config, sim_script, options={"scheduling_strategy": "SPREAD"})
 
@@ -66,6 +67,9 @@ class SchedulerActor:
 
     async def ping(self) -> str:
         return "ok"
+
+    async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> dict[str, Any]:
+        return await self._c().spawn_nested(request, parent_job_id)
 
     async def reserve_ids(self, count: int) -> tuple[str, list[str]]:
         return self._c().reserve_ids(count)

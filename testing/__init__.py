@@ -101,11 +101,11 @@ def make_spec(**fields: Any) -> CloneSpec:
 class LocalHost:
     """An in-process clone host for :class:`~clonefleet.scheduler.SchedulerCore` tests (no Ray)."""
 
-    def __init__(self, host_id: str, config: Any, sim_script: Any = None) -> None:
+    def __init__(self, host_id: str, config: Any, sim_script: Any = None, control: Any = None) -> None:
         from ..actors._host import HostCore
 
         self.host_id = host_id
-        self.core = HostCore(config, sim_script=sim_script)
+        self.core = HostCore(config, sim_script=sim_script, control=control)
         self.closed = False
 
     async def start(self, specs: Sequence[CloneSpec]) -> int:

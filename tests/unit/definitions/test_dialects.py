@@ -61,7 +61,11 @@ def test_native_file_with_every_key(write_md: Any, tmp_path: Path) -> None:
     assert defn.undeferred_tools == ("file_read",)
     assert defn.autonomous_hint == "read only"
     assert defn.inherit_tools and defn.allow_subagent_spawn
-    assert defn.exit_tool_schema == {"type": "object", "properties": {"success": {"type": "boolean"}}, "required": ["success"]}
+    assert defn.exit_tool_schema == {
+        "type": "object",
+        "properties": {"success": {"type": "boolean"}},
+        "required": ["success"],
+    }
     assert (defn.max_turns, defn.max_tokens) == (7, 1000)
     assert defn.body == "Body {{ prompt }}\n"
     assert defn.warnings == ()
@@ -202,7 +206,8 @@ def test_claude_known_keys_map_onto_the_definition(write_md: Any, tmp_path: Path
         write_md,
         tmp_path,
         "c.md",
-        "---\nname: c\ndescription: d\nmodel: inherit\nmaxTurns: 4\ndisallowedTools: Bash, Write\nskills: [a, b]\n---\n",
+        "---\nname: c\ndescription: d\nmodel: inherit\nmaxTurns: 4\n"
+        "disallowedTools: Bash, Write\nskills: [a, b]\n---\n",
     )
     assert defn.model is None
     assert defn.max_turns == 4
@@ -212,7 +217,10 @@ def test_claude_known_keys_map_onto_the_definition(write_md: Any, tmp_path: Path
 
 def test_claude_model_alias_and_id_are_kept(write_md: Any, tmp_path: Path) -> None:
     assert _load(write_md, tmp_path, "a.md", "---\nname: a\ndescription: d\nmodel: sonnet\n---\n").model == "sonnet"
-    assert _load(write_md, tmp_path, "b.md", "---\nname: b\ndescription: d\nmodel: vendor/x-9\n---\n").model == "vendor/x-9"
+    assert (
+        _load(write_md, tmp_path, "b.md", "---\nname: b\ndescription: d\nmodel: vendor/x-9\n---\n").model
+        == "vendor/x-9"
+    )
 
 
 def test_claude_unknown_keys_and_tools_are_warnings(write_md: Any, tmp_path: Path) -> None:
@@ -329,3 +337,27 @@ def test_effective_exit_schema_is_a_copy() -> None:
     defn.effective_exit_schema["properties"]["success"]["type"] = "string"
     assert defn.effective_exit_schema == DEFAULT_EXIT_SCHEMA
     assert DEFAULT_EXIT_SCHEMA["properties"]["success"] == {"type": "boolean"}
+
+
+def test_value_objects_and_errors_pickle(fixtures_dir: Path) -> None:
+    from clonefleet.definitions import InjectedSkill, LoadFailure, LoadWarning, RenderedClone
+    from clonefleet.errors import TemplateError
+
+    objects: list[Any] = [
+        RenderedClone(index=1, task="t", instructions="i", skills=(InjectedSkill(name="s", body="b"),), job_id="sa_1"),
+        LoadFailure(path="p", reason="io-error", message="m"),
+        LoadWarning(path=None, name="n", message="m"),
+        TemplateError("boom", "template-limit", "p.md", "body"),
+    ]
+    for obj in objects:
+        back = pickle.loads(pickle.dumps(obj))
+        assert type(back) is type(obj) and repr(back) == repr(obj)
+    assert str(pickle.loads(pickle.dumps(objects[-1]))) == "p.md: template-limit: boom"
+
+
+def test_importing_definitions_does_not_import_ray() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, clonefleet.definitions; sys.exit(1 if 'ray' in sys.modules else 0)"
+    assert subprocess.run([sys.executable, "-c", code], check=False, timeout=30).returncode == 0

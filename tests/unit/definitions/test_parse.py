@@ -106,7 +106,7 @@ def test_deeply_nested_yaml_is_invalid_not_a_crash(nest: str) -> None:
 
 def test_unquoted_colon_description_is_recovered_with_a_warning() -> None:
     raw = parse_text(
-        "---\nname: helper\ndescription: Use when: the user asks. Example: user: \"hi\"\n"
+        '---\nname: helper\ndescription: Use when: the user asks. Example: user: "hi"\n'
         "tools: Read, Grep\nmodel: sonnet\ncolor: red\n---\nbody"
     )
     assert raw.frontmatter == {
@@ -122,7 +122,7 @@ def test_unquoted_colon_description_is_recovered_with_a_warning() -> None:
 def test_fallback_keeps_unknown_column0_lines_inside_the_description() -> None:
     raw = parse_text(
         "---\nname: helper\ndescription: Use this agent: examples follow\n\n<example>\n"
-        "Context: the user wrote code\nuser: \"review\"\n</example>\ntools: [Read, Glob]\n---\nbody"
+        'Context: the user wrote code\nuser: "review"\n</example>\ntools: [Read, Glob]\n---\nbody'
     )
     assert "Context: the user wrote code" in raw.frontmatter["description"]
     assert raw.frontmatter["tools"] == ["Read", "Glob"]

@@ -86,7 +86,11 @@ EXIT_SCHEMA = {
     "required": ["success", "summary"],
 }
 TOOLS = (
-    ToolSpec(name="progress_update", description="Report progress.", parameters={"type": "object", "properties": {"summary": {"type": "string"}}}),
+    ToolSpec(
+        name="progress_update",
+        description="Report progress.",
+        parameters={"type": "object", "properties": {"summary": {"type": "string"}}},
+    ),
     ToolSpec(name="exit_tool", description="Finish the task.", parameters=EXIT_SCHEMA),
 )
 
@@ -94,7 +98,8 @@ TOOLS = (
 def _request(clone_index: int = 0, *, batch_id: str = "batch1", messages: tuple[Message, ...] | None = None) -> ModelRequest:
     return ModelRequest(
         model="sim-small",
-        messages=messages or (Message(role=Role.SYSTEM, content="You review code."), Message(role=Role.USER, content="Review foo.py")),
+        messages=messages
+        or (Message(role=Role.SYSTEM, content="You review code."), Message(role=Role.USER, content="Review foo.py")),
         tools=TOOLS,
         metadata={"batch_id": batch_id, "clone_index": clone_index},
     )

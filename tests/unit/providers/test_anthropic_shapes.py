@@ -82,7 +82,10 @@ async def test_request_puts_system_on_top_and_tool_blocks_in_turns(anthropic):
         {"role": "user", "content": [{"type": "text", "text": "review foo.py"}]},
         {
             "role": "assistant",
-            "content": [{"type": "text", "text": "reading"}, {"type": "tool_use", "id": "toolu_1", "name": "file_read", "input": {"path": "foo.py"}}],
+            "content": [
+                {"type": "text", "text": "reading"},
+                {"type": "tool_use", "id": "toolu_1", "name": "file_read", "input": {"path": "foo.py"}},
+            ],
         },
         {
             "role": "user",

@@ -44,7 +44,21 @@ def http_date(offset_s: float) -> str:
         ({"retry-after-ms": "1500", "retry-after": "9"}, 1.5),
         ({"retry-after-ms": "junk", "retry-after": "9"}, 9.0),
     ],
-    ids=["int", "float", "zero", "negative", "spaces", "date-ahead", "date-past", "word", "nan", "empty", "absent", "ms-wins", "bad-ms"],
+    ids=[
+        "int",
+        "float",
+        "zero",
+        "negative",
+        "spaces",
+        "date-ahead",
+        "date-past",
+        "word",
+        "nan",
+        "empty",
+        "absent",
+        "ms-wins",
+        "bad-ms",
+    ],
 )
 def test_parse_retry_after(headers, expected):
     assert parse_retry_after(headers, now=lambda: NOW) == expected
@@ -54,7 +68,9 @@ def test_parse_retry_after_reads_httpx_headers_case_insensitively():
     assert parse_retry_after(httpx.Headers({"RETRY-AFTER": "3"})) == 3.0
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:8000/v1", "http://localhost/v1", "http://127.3.4.5:1/", "http://[::1]:8000/v1"])
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000/v1", "http://localhost/v1", "http://127.3.4.5:1/", "http://[::1]:8000/v1"]
+)
 def test_loopback_is_allowed_while_live_requests_are_blocked(url):
     assert not live_requests_allowed()  # the provider tests' conftest blocks them
     ensure_live_requests_allowed(url)
@@ -81,7 +97,9 @@ def test_block_live_environment_variable(monkeypatch):
 async def test_blocked_provider_never_touches_the_network():
     seen: list[httpx.Request] = []
     model, aclose = build_provider(
-        "remote", ProviderConfig(kind="openai", base_url="https://api.openai.com/v1"), transport=httpx.MockTransport(lambda r: seen.append(r))
+        "remote",
+        ProviderConfig(kind="openai", base_url="https://api.openai.com/v1"),
+        transport=httpx.MockTransport(lambda r: seen.append(r)),
     )
     try:
         with pytest.raises(UsageError):

@@ -70,7 +70,9 @@ async def test_5xx_is_retried_with_backoff_then_fails_over(sim, openai_model, ca
     healthy, healthy_url = await sim()
     moves: list[tuple[str, str, str]] = []
     fm = FailoverModel(
-        [cand("a", openai_model(broken_url)), cand("b", openai_model(healthy_url))], sleep=sleeps, on_failover=lambda *m: moves.append(m)
+        [cand("a", openai_model(broken_url)), cand("b", openai_model(healthy_url))],
+        sleep=sleeps,
+        on_failover=lambda *m: moves.append(m),
     )
     resp = await fm.request(req())
     assert resp.model == "b"
@@ -84,7 +86,8 @@ async def test_hang_times_out_and_fails_over(sim, openai_model, cand, sleeps, re
     hanging, hanging_url = await sim(script=script({"hang": True}))
     _, healthy_url = await sim()
     fm = FailoverModel(
-        [cand("a", openai_model(hanging_url, timeout_s=SHORT_S), max_retries=0), cand("b", openai_model(healthy_url))], sleep=sleeps
+        [cand("a", openai_model(hanging_url, timeout_s=SHORT_S), max_retries=0), cand("b", openai_model(healthy_url))],
+        sleep=sleeps,
     )
     started = time.monotonic()
     resp = await fm.request(req())
@@ -120,7 +123,9 @@ async def test_slow_drip_fails_over_even_when_the_candidate_deadline_is_long(sim
 
 
 async def test_malformed_json_is_a_behavior_error_and_retried(sim, openai_model, cand, sleeps, req):
-    server, url = await sim(script=SimScript.from_data({"clones": {0: [{"malformed": True}], 1: [{"malformed": True}, {"text": "ok"}]}}))
+    server, url = await sim(
+        script=SimScript.from_data({"clones": {0: [{"malformed": True}], 1: [{"malformed": True}, {"text": "ok"}]}})
+    )
     model = openai_model(url)
     with pytest.raises(ModelBehaviorError) as info:
         await model.request(req(0))

@@ -42,7 +42,9 @@ async def mock_model(monkeypatch) -> Any:
 
     def build(handler: Callable[[httpx.Request], httpx.Response], **cfg: Any) -> Model:
         cfg.setdefault("api_key_env", "WIRE_TEST_KEY")
-        model, aclose = build_provider("local", ProviderConfig(kind="openai", base_url=URL, **cfg), transport=httpx.MockTransport(handler))
+        model, aclose = build_provider(
+            "local", ProviderConfig(kind="openai", base_url=URL, **cfg), transport=httpx.MockTransport(handler)
+        )
         closers.append(aclose)
         return model
 
@@ -52,7 +54,12 @@ async def mock_model(monkeypatch) -> Any:
 
 
 def completion(message: dict[str, Any], finish_reason: str = "stop", usage: dict[str, int] | None = None) -> httpx.Response:
-    body = {"id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-x", "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}]}
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": "gpt-x",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+    }
     body["usage"] = usage or {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
     return httpx.Response(200, json=body)
 
@@ -68,7 +75,13 @@ def conversation() -> ModelRequest:
             Message(role=Role.ASSISTANT, content="", tool_calls=(call,)),
             Message(role=Role.TOOL, content="print('hi')", tool_call_id="call_a", name="file_read"),
         ),
-        tools=(ToolSpec(name="file_read", description="Read a file.", parameters={"type": "object", "properties": {"path": {"type": "string"}}}),),
+        tools=(
+            ToolSpec(
+                name="file_read",
+                description="Read a file.",
+                parameters={"type": "object", "properties": {"path": {"type": "string"}}},
+            ),
+        ),
         max_tokens=256,
         metadata={"batch_id": "b7", "clone_index": 3},
     )
@@ -85,7 +98,9 @@ async def test_request_maps_messages_tools_and_clone_identity(mock_model):
     assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "tool"]
     assistant = body["messages"][2]
     assert assistant["content"] is None
-    assert assistant["tool_calls"] == [{"id": "call_a", "type": "function", "function": {"name": "file_read", "arguments": '{"path": "foo.py"}'}}]
+    assert assistant["tool_calls"] == [
+        {"id": "call_a", "type": "function", "function": {"name": "file_read", "arguments": '{"path": "foo.py"}'}}
+    ]
     assert body["messages"][3] == {"role": "tool", "tool_call_id": "call_a", "content": "print('hi')"}
     assert body["tools"][0]["type"] == "function" and body["tools"][0]["function"]["name"] == "file_read"
     assert (body["max_tokens"], body["user"], body["model"]) == (256, "b7/3", "gpt-x")
@@ -98,7 +113,11 @@ async def test_no_key_variable_sends_no_authorization(mock_model):
 
 
 async def test_response_maps_text_tool_calls_and_usage(mock_model):
-    message = {"role": "assistant", "content": "reading", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "file_read", "arguments": '{"path": "a"}'}}]}
+    message = {
+        "role": "assistant",
+        "content": "reading",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "file_read", "arguments": '{"path": "a"}'}}],
+    }
     resp = await mock_model(Recorder(completion(message, "tool_calls"))).request(conversation())
     assert resp.text == "reading"
     assert resp.tool_calls == (ToolCall(id="c1", name="file_read", arguments={"path": "a"}),)
@@ -112,7 +131,11 @@ async def test_response_maps_text_tool_calls_and_usage(mock_model):
     ids=["truncated-json", "array", "string"],
 )
 async def test_malformed_tool_call_arguments_are_a_behavior_error(mock_model, arguments):
-    message = {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "file_read", "arguments": arguments}}]}
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "file_read", "arguments": arguments}}],
+    }
     with pytest.raises(ModelBehaviorError, match="file_read") as info:
         await mock_model(Recorder(completion(message, "tool_calls"))).request(conversation())
     assert info.value.retryable
@@ -121,7 +144,11 @@ async def test_malformed_tool_call_arguments_are_a_behavior_error(mock_model, ar
 
 async def test_lenient_shapes_are_accepted(mock_model):
     # Some servers send arguments as an object, omit call ids, or answer content parts.
-    message = {"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "tool_calls": [{"function": {"name": "glob", "arguments": {"pattern": "*.py"}}}]}
+    message = {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+        "tool_calls": [{"function": {"name": "glob", "arguments": {"pattern": "*.py"}}}],
+    }
     resp = await mock_model(Recorder(completion(message))).request(conversation())
     assert resp.text == "ab"
     assert resp.tool_calls == (ToolCall(id="call_0", name="glob", arguments={"pattern": "*.py"}),)
@@ -129,7 +156,10 @@ async def test_lenient_shapes_are_accepted(mock_model):
 
 @pytest.mark.parametrize(
     ("message", "finish"),
-    [({"role": "assistant", "content": None, "refusal": "I can't help with that."}, "stop"), ({"role": "assistant", "content": ""}, "content_filter")],
+    [
+        ({"role": "assistant", "content": None, "refusal": "I can't help with that."}, "stop"),
+        ({"role": "assistant", "content": ""}, "content_filter"),
+    ],
     ids=["refusal-field", "content-filter"],
 )
 async def test_refusal_is_reported(mock_model, message, finish):
@@ -150,10 +180,28 @@ async def test_unusable_200_bodies_are_behavior_errors(mock_model, body):
 @pytest.mark.parametrize(
     ("status", "body", "headers", "retryable", "spend_cap"),
     [
-        (429, {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}}, {"retry-after": "7"}, True, False),
-        (429, {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota", "code": "insufficient_quota"}}, {}, False, True),
+        (
+            429,
+            {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}},
+            {"retry-after": "7"},
+            True,
+            False,
+        ),
+        (
+            429,
+            {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota", "code": "insufficient_quota"}},
+            {},
+            False,
+            True,
+        ),
         (400, {"error": {"message": "bad request", "type": "invalid_request_error"}}, {}, False, False),
-        (401, {"error": {"message": "Incorrect API key", "type": "invalid_request_error", "code": "invalid_api_key"}}, {}, False, False),
+        (
+            401,
+            {"error": {"message": "Incorrect API key", "type": "invalid_request_error", "code": "invalid_api_key"}},
+            {},
+            False,
+            False,
+        ),
         (403, {"error": {"message": "forbidden"}}, {}, False, False),
         (500, {"error": {"message": "boom"}}, {}, True, False),
         (529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, {}, True, False),
@@ -181,7 +229,11 @@ async def test_spend_cap_429_moves_on_at_once(mock_model):
     from clonefleet.actors._failover import Candidate
 
     fm = FailoverModel(
-        [Candidate(key="a", wire_name="m", model=mock_model(capped)), Candidate(key="b", wire_name="m", model=mock_model(healthy))], sleep=sleep
+        [
+            Candidate(key="a", wire_name="m", model=mock_model(capped)),
+            Candidate(key="b", wire_name="m", model=mock_model(healthy)),
+        ],
+        sleep=sleep,
     )
     resp = await fm.request(conversation())
     assert resp.model == "b"
@@ -189,7 +241,11 @@ async def test_spend_cap_429_moves_on_at_once(mock_model):
 
 
 async def test_non_json_request_values_fail_cleanly(mock_model):
-    bad = ModelRequest(model="m", messages=(Message(role=Role.USER, content="x"),), tools=(ToolSpec(name="t", description="", parameters={"x": float("nan")}),))
+    bad = ModelRequest(
+        model="m",
+        messages=(Message(role=Role.USER, content="x"),),
+        tools=(ToolSpec(name="t", description="", parameters={"x": float("nan")}),),
+    )
     rec = Recorder(completion({"role": "assistant", "content": "x"}))
     with pytest.raises(ModelBehaviorError, match="cannot be encoded"):
         await mock_model(rec).request(bad)

@@ -16,6 +16,7 @@ from clonefleet.actors._failover import Candidate, FailoverModel
 from clonefleet.actors._http import build_provider
 from clonefleet.actors._sim import SimScript
 from clonefleet.actors._simserver import start_server
+from clonefleet.actors._types import Message, ModelRequest, Role
 from clonefleet.config import ProviderConfig
 from clonefleet.errors import AllModelsFailed, ClonefleetError, ConfigError, ModelError
 
@@ -30,18 +31,29 @@ def echo(status: int, content_type: str, template: str):
     def handler(request: httpx.Request) -> httpx.Response:
         sent = request.headers.get("authorization", "") + " " + request.headers.get("x-api-key", "")
         masked = f"{CANARY[:12]}...{CANARY[-6:]}"
-        return httpx.Response(status, content=template.format(key=sent, masked=masked).encode(), headers={"content-type": content_type})
+        return httpx.Response(
+            status, content=template.format(key=sent, masked=masked).encode(), headers={"content-type": content_type}
+        )
 
     return handler
 
 
 ECHOES = {
-    "401-json": echo(401, "application/json", '{{"error": {{"message": "Incorrect API key provided: {key} ({masked})", "type": "invalid_request_error"}}}}'),
-    "429-spend-cap": echo(429, "application/json", '{{"error": {{"message": "insufficient_quota for {key}", "type": "insufficient_quota"}}}}'),
+    "401-json": echo(
+        401,
+        "application/json",
+        '{{"error": {{"message": "Incorrect API key provided: {key} ({masked})", "type": "invalid_request_error"}}}}',
+    ),
+    "429-spend-cap": echo(
+        429, "application/json", '{{"error": {{"message": "insufficient_quota for {key}", "type": "insufficient_quota"}}}}'
+    ),
     "500-html": echo(500, "text/html", "<html><head><title>500 {key}</title></head><body>{key} {masked}</body></html>"),
     "200-not-json": echo(200, "application/json", '{{"oops": "{key}"'),
     "200-bad-tool-args": echo(
-        200, "application/json", '{{"choices": [{{"message": {{"tool_calls": [{{"id": "c", "function": {{"name": "t", "arguments": "{{\\"k\\": \\"{masked}"}}}}]}}}}]}}'
+        200,
+        "application/json",
+        '{{"choices": [{{"message": {{"tool_calls": '
+        '[{{"id": "c", "function": {{"name": "t", "arguments": "{{\\"k\\": \\"{masked}"}}}}]}}}}]}}',
     ),
     "200-in-band-error": echo(200, "application/json", '{{"error": {{"message": "bad key {key}", "code": 500}}}}'),
 }
@@ -66,8 +78,7 @@ def assert_clean(exc: BaseException) -> None:
         request = getattr(e, "_request", None)
         if isinstance(request, httpx.Request):
             texts.append(repr(request.headers.raw))
-        for value in getattr(e, "__dict__", {}).values():
-            texts.append(str(value))
+        texts += [str(value) for value in getattr(e, "__dict__", {}).values()]
         if isinstance(e, ClonefleetError):
             texts.append(pickle.dumps(e).decode("latin-1"))
         for text in texts:
@@ -135,11 +146,13 @@ async def test_transport_failures_and_the_final_listing_stay_clean(canary):
 def test_missing_key_variable_names_the_variable_not_a_value(monkeypatch):
     monkeypatch.delenv(ENV, raising=False)
     with pytest.raises(ConfigError) as info:
-        build_provider("p", ProviderConfig(kind="openai", base_url="http://127.0.0.1:9/v1", api_key_env=ENV), config_path="/etc/cf.yaml")
+        build_provider(
+            "p", ProviderConfig(kind="openai", base_url="http://127.0.0.1:9/v1", api_key_env=ENV), config_path="/etc/cf.yaml"
+        )
     assert ENV in str(info.value) and info.value.key == "providers.p.api_key_env" and info.value.path == "/etc/cf.yaml"
 
 
-def _request() -> Any:
-    from clonefleet.actors._types import Message, ModelRequest, Role
-
-    return ModelRequest(model="m", messages=(Message(role=Role.USER, content="hi"),), metadata={"batch_id": "b", "clone_index": 0})
+def _request() -> ModelRequest:
+    return ModelRequest(
+        model="m", messages=(Message(role=Role.USER, content="hi"),), metadata={"batch_id": "b", "clone_index": 0}
+    )

@@ -39,7 +39,9 @@ async def test_error_step_sends_status_and_retry_after(sim):
 
     _, url = await sim(script=SimScript.from_data({"default": [{"error": 503, "retry_after": 1.5}]}))
     async with httpx.AsyncClient() as client:
-        resp = await client.post(f"{url}/chat/completions", json={"model": "sim-small", "messages": [{"role": "user", "content": "x"}], "user": "b/0"})
+        resp = await client.post(
+            f"{url}/chat/completions", json={"model": "sim-small", "messages": [{"role": "user", "content": "x"}], "user": "b/0"}
+        )
     assert resp.status_code == 503
     assert resp.headers["retry-after"] == "1.5"
 
@@ -78,7 +80,12 @@ def test_serve_main_reports_a_bad_script(tmp_path, capsys):
 async def test_serve_main_serves_until_a_signal_and_stops_cleanly(sig):
     code = "from clonefleet.actors._simserver import serve_main; raise SystemExit(serve_main(0, latency_ms=1))"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        sys.executable,
+        "-c",
+        code,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         async with asyncio.timeout(15):

@@ -1,0 +1,188 @@
+"""Command-line job control: ``clonefleet jobs``, ``clonefleet events`` and ``clonefleet cluster``.
+
+These commands talk to a persistent cluster (``clonefleet cluster up`` or ``--address``); an
+embedded Ray instance ends with the command that started it, so there is nothing to control.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from .errors import UsageError
+
+__all__ = ["add_control_parsers", "connect", "CONTROL_HANDLERS"]
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def _address_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", help="Ray address (default: the cluster `clonefleet cluster up` started, or RAY_ADDRESS)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def add_control_parsers(sub: Any) -> None:
+    jobs = sub.add_parser("jobs", help="list, inspect, cancel and wait for jobs on a running cluster")
+    jsub = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
+    lst = jsub.add_parser("list", help="jobs with status, plus slots in use and queued jobs")
+    for flag in ("--status", "--batch", "--agent", "--parent"):
+        lst.add_argument(flag)
+    _address_arg(lst)
+    for name, text in (("status", "status of jobs"), ("result", "result of finished jobs"), ("cancel", "cancel jobs or batches (and their descendants)")):
+        p = jsub.add_parser(name, help=text)
+        p.add_argument("ids", nargs="+", metavar="JOB|BATCH")
+        _address_arg(p)
+    wait = jsub.add_parser("wait", help="wait for jobs or batches to finish")
+    wait.add_argument("ids", nargs="+", metavar="JOB|BATCH")
+    wait.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait (default 3600)")
+    _address_arg(wait)
+
+    ev = sub.add_parser("events", help="read a batch's or job's events (subagent_event envelopes)")
+    ev.add_argument("target", metavar="BATCH|JOB")
+    ev.add_argument("--follow", action="store_true", help="keep reading until every job has ended")
+    ev.add_argument("--level", choices=("lifecycle", "tools", "all"), default="lifecycle")
+    _address_arg(ev)
+
+    cl = sub.add_parser("cluster", help="a persistent local Ray cluster on 127.0.0.1")
+    csub = cl.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
+    up = csub.add_parser("up", help="start a head (and --nodes - 1 worker nodes) on this machine")
+    up.add_argument("--nodes", type=int, default=1)
+    up.add_argument("--cpus-per-node", type=int)
+    up.add_argument("--port", type=int, help="GCS port of the head (default: a free one)")
+    up.add_argument("--json", action="store_true")
+    down = csub.add_parser("down", help="stop the cluster `up` started")
+    down.add_argument("--json", action="store_true")
+    st = csub.add_parser("status", help="address and nodes of the running cluster")
+    st.add_argument("--json", action="store_true")
+
+
+def connect(address: str | None) -> Any:
+    """A :class:`Fleet` on a persistent cluster.
+
+    Raises:
+        UsageError: no cluster is running and no address was given.
+    """
+    from ._fleet import Fleet
+    from .cluster import resolve_address
+
+    resolved = resolve_address(address or "auto")
+    if resolved in (None, "auto") and address is None:
+        raise UsageError("no running clonefleet cluster: start one with `clonefleet cluster up`, or pass --address")
+    return Fleet(resolved)
+
+
+def _print(obj: Any, as_json: bool, human: str) -> None:
+    print(json.dumps(obj, default=str) if as_json else human)
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    fleet = connect(args.address)
+    try:
+        return _JOBS[args.jobs_command](fleet, args)
+    finally:
+        fleet.close()
+
+
+def _jobs_list(fleet: Any, args: argparse.Namespace) -> int:
+    filters = {k: getattr(args, k) for k in ("status", "batch", "agent", "parent") if getattr(args, k)}
+    listing = fleet.list_jobs(**filters)
+    if args.json:
+        print(json.dumps(listing, default=str))
+        return EXIT_OK
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table()
+    for col in ("job", "batch", "agent", "clone", "status", "outcome", "model", "parent", "progress"):
+        table.add_column(col, no_wrap=True)
+    for j in listing["jobs"]:
+        progress = (j["progress"] or {}).get("summary", "") if isinstance(j["progress"], dict) else ""
+        table.add_row(j["job_id"], j["batch_id"], j["agent"], str(j["clone_index"]), j["status"], str(j["outcome"] or ""), str(j["model"]), str(j["parent"] or ""), progress[:40])
+    cap = listing["capacity"]
+    console = Console()
+    console.print(table)
+    console.print(f"slots in use: {cap['running']} of {cap['max_concurrency'] or 'unlimited'}; queued: {cap['queued']}")
+    return EXIT_OK
+
+
+def _jobs_status(fleet: Any, args: argparse.Namespace) -> int:
+    for job_id in fleet.expand(args.ids):
+        s = fleet.job_status(job_id)
+        _print(s, args.json, f"{s['job_id']} {s['display_name']}: {s['status']} outcome={s['outcome']} model={s['model']} turns={s['turns']}")
+    return EXIT_OK
+
+
+def _jobs_result(fleet: Any, args: argparse.Namespace) -> int:
+    code = EXIT_OK
+    for job_id in fleet.expand(args.ids):
+        r = fleet.job_result(job_id)
+        _print(r, args.json, f"{r['job_id']}: {r['status']} {r['error'] or json.dumps(r['result'], default=str)}")
+        code |= r["status"] != "completed" or r["outcome"] != "success"
+    return code
+
+
+def _jobs_cancel(fleet: Any, args: argparse.Namespace) -> int:
+    for job_id in fleet.expand(args.ids):
+        s = fleet.job_cancel(job_id)
+        _print({"job_id": job_id, "status": s["status"]}, args.json, f"{job_id}: cancel requested ({s['status']})")
+    return EXIT_OK
+
+
+def _jobs_wait(fleet: Any, args: argparse.Namespace) -> int:
+    out = fleet.job_block(args.ids, timeout_seconds=args.timeout)
+    for s in out["jobs"]:
+        _print(s, args.json, f"{s['job_id']}: {s['status']} outcome={s['outcome']}")
+    ok = out["done"] and all(s["status"] == "completed" and s["outcome"] == "success" for s in out["jobs"])
+    if not out["done"]:
+        print(f"clonefleet: timed out after {args.timeout:g}s with jobs still running", file=sys.stderr)
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+_JOBS = {"list": _jobs_list, "status": _jobs_status, "result": _jobs_result, "cancel": _jobs_cancel, "wait": _jobs_wait}
+
+
+def describe(env: dict[str, Any]) -> str:
+    """One human line for an envelope (nested envelopes shown as a path of display names)."""
+    names = [env["display_name"]]
+    event = env["event"]
+    while event.get("type") == "subagent_event":
+        names.append(event["display_name"])
+        event = event["event"]
+    detail = {k: v for k, v in event.items() if k not in ("type", "ts", "record")}
+    return f"{' > '.join(names)} [{env['subagent_run_id']}] {event['type']} {json.dumps(detail, default=str)[:200]}"
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    fleet = connect(args.address)
+    try:
+        source = fleet.follow(args.target, level=args.level) if args.follow else fleet.events(args.target, level=args.level)["events"]
+        for env in source:
+            print(json.dumps(env, default=str) if args.json else describe(env), flush=True)
+    finally:
+        fleet.close()
+    return EXIT_OK
+
+
+def cmd_cluster(args: argparse.Namespace) -> int:
+    from .cluster import cluster_down, cluster_up, read_state
+
+    if args.cluster_command == "up":
+        print(f"clonefleet: starting a local cluster with {args.nodes} node(s) on 127.0.0.1 ...", file=sys.stderr, flush=True)
+        state = cluster_up(nodes=args.nodes, cpus_per_node=args.cpus_per_node, port=args.port)
+        _print(state, args.json, f"cluster up at {state['address']} ({state['nodes']} node(s)); `clonefleet run --detach --address auto ...` uses it")
+        return EXIT_OK
+    if args.cluster_command == "down":
+        stopped = cluster_down()
+        _print({"stopped": stopped}, args.json, "cluster stopped" if stopped else "no cluster was running")
+        return EXIT_OK
+    state = read_state()
+    if state is None:
+        _print({"running": False}, args.json, "no clonefleet cluster is running")
+        return EXIT_FAILED
+    _print({"running": True, **state}, args.json, f"running at {state['address']} with {state['nodes']} node(s), pid {state['pid']}")
+    return EXIT_OK
+
+
+CONTROL_HANDLERS = {"jobs": cmd_jobs, "events": cmd_events, "cluster": cmd_cluster}

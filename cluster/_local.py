@@ -1,0 +1,132 @@
+"""A persistent local Ray cluster on this machine: ``clonefleet cluster up|down|status``.
+
+``up`` starts a small daemon process that holds a head node and ``nodes - 1`` worker nodes, all
+bound to 127.0.0.1 on distinct ports, and records the address in a state file; later
+invocations (``run --detach``, ``jobs``, ``events``) find it there. ``down`` asks the daemon to
+stop its nodes, and nothing else: other Ray instances on the machine are left alone.
+
+This module does not import Ray; the daemon (``_daemon.py``) does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import ClusterError, UsageError
+
+__all__ = ["cluster_down", "cluster_up", "read_state", "resolve_address", "state_path"]
+
+
+def state_path() -> Path:
+    """Where the running cluster is recorded (``$CLONEFLEET_STATE_DIR`` overrides)."""
+    base = os.environ.get("CLONEFLEET_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "clonefleet"
+    )
+    return Path(base) / "cluster.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); its status line tells.
+    try:
+        return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+
+
+def read_state() -> dict[str, Any] | None:
+    """The recorded cluster, or ``None`` when none is running (a stale record is removed)."""
+    path = state_path()
+    try:
+        state = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not _alive(int(state.get("pid", 0))):
+        path.unlink(missing_ok=True)
+        return None
+    return state
+
+
+def resolve_address(address: str | None) -> str | None:
+    """Turn ``--address`` into what Ray takes: ``auto`` prefers the cluster ``up`` started."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address == "auto":
+        state = read_state()
+        if state and state.get("ready"):
+            return str(state["address"])
+    return address
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cluster_up(*, nodes: int = 1, cpus_per_node: int | None = None, port: int | None = None, timeout_s: float = 180.0) -> dict[str, Any]:
+    """Start the local cluster and wait until every node is up.
+
+    Raises:
+        UsageError: one is already running, or ``nodes`` < 1.
+        ClusterError: the daemon failed or did not get ready in time (its log is quoted).
+    """
+    if nodes < 1:
+        raise UsageError("--nodes must be at least 1")
+    existing = read_state()
+    if existing:
+        raise UsageError(f"a clonefleet cluster is already running at {existing['address']}; `clonefleet cluster down` stops it")
+    path = state_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = path.with_name("cluster.log")
+    cpus = cpus_per_node or max((os.cpu_count() or 2) // nodes, 1)
+    cmd = [sys.executable, "-m", "clonefleet.cluster._daemon", "--nodes", str(nodes), "--cpus", str(cpus),
+           "--port", str(port or _free_port()), "--state", str(path)]
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ClusterError(f"the cluster daemon exited ({proc.returncode}): {_tail(log)}")
+        state = read_state()
+        if state and state.get("ready"):
+            return state
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise ClusterError(f"the cluster did not come up within {timeout_s:g}s: {_tail(log)}")
+
+
+def _tail(log: Path, n: int = 1500) -> str:
+    try:
+        return log.read_text(errors="replace")[-n:]
+    except OSError:
+        return "(no log)"
+
+
+def cluster_down(timeout_s: float = 60.0) -> bool:
+    """Stop the recorded cluster; ``False`` when none was running."""
+    state = read_state()
+    if state is None:
+        return False
+    pid = int(state["pid"])
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    if _alive(pid):
+        os.killpg(pid, signal.SIGKILL)
+    state_path().unlink(missing_ok=True)
+    return True
