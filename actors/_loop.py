@@ -56,6 +56,8 @@ _CONTROL_SPECS = {
     "switch_facet": ToolSpec(name="switch_facet", description="Not available to subagents.", parameters={"type": "object"}),
 }
 _SUMMARY, _PROGRESS = "[summary of earlier work]", "[latest progress]"
+_SUMMARY_LINES = 40
+"""Most lines of the compaction summary (one per compacted message, about 100 characters each)."""
 
 
 @dataclass(slots=True)
@@ -103,6 +105,8 @@ class Clone:
             name: (desc, body) for name, desc, body in getattr(spec, "available_skills", ())
         }
         self._loaded_skills: dict[str, str] = {}
+        self._summary: list[str] = []
+        """One line per message compacted away, oldest first (see ``_maybe_compact``)."""
         self._visible = self._initially_visible()
         self.messages: list[Message] = self._initial_messages()
         self.judge = ExitJudge(spec.exit_schema)
@@ -365,15 +369,16 @@ class Clone:
         if self.context_tokens() <= self.spec.context_budget_tokens:
             return
         pinned = [m for m in self.messages if m.pinned and not m.content.startswith((_SUMMARY, _PROGRESS))]
-        previous = next((m.content[len(_SUMMARY) :].strip() for m in self.messages if m.pinned and m.content.startswith(_SUMMARY)), "")
         rest = [m for m in self.messages if not m.pinned]
         keep = _tail_from_user(rest, 4)
         dropped = rest[: len(rest) - len(keep)]
         if not dropped:
             return
-        lines = [previous[-1000:]] if previous else []
-        lines += [f"{m.role}: {_brief(m)}" for m in dropped if m.content or m.tool_calls]
-        extra = [Message(role=Role.USER, content=f"{_SUMMARY} " + " | ".join(lines)[-3000:], pinned=True)]
+        self._summary += [f"{m.role}: {_brief(m)}" for m in dropped if m.content or m.tool_calls]
+        if len(self._summary) > _SUMMARY_LINES:  # keep how it started and what happened last
+            head, tail = _SUMMARY_LINES // 4, _SUMMARY_LINES - _SUMMARY_LINES // 4 - 1
+            self._summary = [*self._summary[:head], "...", *self._summary[-tail:]]
+        extra = [Message(role=Role.USER, content=f"{_SUMMARY}\n" + "\n".join(self._summary), pinned=True)]
         pinned_text = {m.content for m in pinned}
         extra += [
             Message(role=Role.USER, content=f"[skill {n}]\n{b}", pinned=True)

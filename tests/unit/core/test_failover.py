@@ -61,3 +61,30 @@ async def test_reset_returns_cursor_to_start():
     assert model.current == "m1"
     model.reset(0)
     assert model.current == "m0"
+
+
+async def test_a_fallback_that_answers_keeps_the_cursor_and_the_ring_wraps_back_to_the_group():
+    clock = FakeClock()
+    moves = []
+    group = [ScriptedModel([ModelHTTPError(401), reply("group again")]), ScriptedModel([ModelHTTPError(403)])]
+    fallback = ScriptedModel([reply("from fallback"), reply("fallback again"), ModelHTTPError(400)])
+    fb = [Candidate(key="fb", wire_name="fb", model=fallback)]
+    model = FailoverModel(cands(*group), fallbacks=fb, sleep=clock.sleep, on_failover=lambda a, b, r: moves.append((a, b)))
+    assert (await model.request(REQ)).model == "fb"
+    assert moves == [("m0", "m1"), ("m1", "fb")] and model.current == "fb"
+    second = await model.request(REQ)  # straight to the fallback: the failed group is not retried first
+    assert (second.text, len(group[0].calls), len(group[1].calls)) == ("fallback again", 1, 1)
+    third = await model.request(REQ)  # the fallback fails: the ring wraps around to the group
+    assert (third.text, third.model, model.current) == ("group again", "m0", "m0")
+    assert clock.sleeps == []
+
+
+async def test_one_request_tries_each_ring_entry_once_from_the_cursor():
+    clock = FakeClock()
+    a = ScriptedModel([reply("a1"), ModelHTTPError(401)])
+    b = ScriptedModel([ModelHTTPError(401)])
+    model = FailoverModel(cands(a, b), start=0, sleep=clock.sleep)
+    await model.request(REQ)
+    with pytest.raises(AllModelsFailed) as info:
+        await model.request(REQ)
+    assert list(info.value.failures) == ["m0", "m1"] and len(a.calls) == 2 and len(b.calls) == 1
