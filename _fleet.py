@@ -16,6 +16,7 @@ from typing import Any
 
 from .actors._sim import SimScript
 from .cluster import ClusterConfig, ClusterSession, resolve_address
+from .cluster._runtime import remote_runtime_env
 from .config import Config, load_config
 from .errors import ClonefleetError, ClusterError
 
@@ -56,7 +57,8 @@ class Fleet:
         self.cwd = Path(cwd or Path.cwd()).resolve()
         self.config = config if isinstance(config, Config) else load_config(config, self.cwd)
         self.address = resolve_address(address)
-        self._session = ClusterSession(ClusterConfig(address=self.address, num_cpus=num_cpus)).start()
+        runtime_env = remote_runtime_env() if self.address else None
+        self._session = ClusterSession(ClusterConfig(address=self.address, num_cpus=num_cpus, runtime_env=runtime_env)).start()
         from .scheduler.remote import get_or_create_scheduler
 
         cap = max_concurrency or self.config.limits.max_concurrency
@@ -79,7 +81,10 @@ class Fleet:
                 raise cause from None
             raise ClusterError(f"scheduler call {method} failed: {exc}") from None
         except (RayActorError, GetTimeoutError) as exc:
-            raise ClusterError(f"the scheduler is unavailable ({type(exc).__name__}); is the cluster up?") from None
+            detail = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
+            raise ClusterError(
+                f"the scheduler is unavailable ({type(exc).__name__}): {detail or 'is the cluster up?'}"
+            ) from None
 
     # -- batches -------------------------------------------------------------------------
     def spawn(
@@ -105,7 +110,7 @@ class Fleet:
             UsageError: bad count, cwd or model.
             DefinitionError: unknown or invalid agent, render failure.
         """
-        from .definitions import load_catalog
+        from .definitions import load_catalog, load_skills
         from .scheduler import BatchRequest, BatchSubmission, check_count, plan_specs
 
         check_count(count, self.config)
@@ -124,9 +129,10 @@ class Fleet:
             max_concurrency=max_concurrency,
         )
         catalog = load_catalog(self.cwd, [Path(d) for d in subagents_dirs], self.config)
+        skills = load_skills(self.cwd, (), self.config)
         catalog.get(agent)  # unknown agent: fail before reserving anything
         batch_id, job_ids = self._call("reserve_ids", count)
-        specs = plan_specs(req, catalog, self.config, batch_id=batch_id, job_ids=job_ids, caller_cwd=self.cwd)
+        specs = plan_specs(req, catalog, self.config, batch_id=batch_id, job_ids=job_ids, caller_cwd=self.cwd, skills=skills)
         sub = BatchSubmission(
             batch_id=batch_id,
             specs=specs,
@@ -136,6 +142,8 @@ class Fleet:
             max_concurrency=max_concurrency,
             subagents_dirs=tuple(str(Path(d).resolve()) for d in subagents_dirs),
             project_path=str(self.cwd),
+            catalog=catalog,
+            skills=skills,
         )
         out = self._call("submit", sub)
         return Batch(batch_id=out["batch_id"], job_ids=tuple(out["job_ids"]))

@@ -81,6 +81,13 @@ class Clone:
         inbox: optional coroutine returning pending deliveries at each turn boundary.
         checkpoint: optional coroutine called after each turn with the clone's state.
         clock: monotonic clock, injected for tests.
+        control: job control, for a clone whose definition allows spawning subagents.
+
+    The ``skill`` tool is offered when the clone has skills to load: ``skill_catalog`` maps a
+    name to ``(description, body)``, read from ``spec.available_skills`` when the spec has it.
+
+    Raises:
+        DefinitionError: the spec's exit schema is not a valid JSON Schema.
     """
 
     def __init__(

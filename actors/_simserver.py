@@ -55,6 +55,10 @@ class SimServer:
         """Chat-completion requests received."""
         self.outcomes: Counter[str] = Counter()
         """How each request was answered: ``ok``, ``error 503``, ``html 502``, ``hang``, ``drip``, ..."""
+        self.first_request_at: dict[str, float] = {}
+        """Wall-clock time (``time.time()``) each clone's first chat request arrived, keyed
+        ``"<batch_id>/<clone_index>"`` (the request's ``user``); for spawn-to-first-request figures.
+        One entry per clone seen, like the brain's per-clone step counters."""
         self._stopping = asyncio.Event()
 
     def app(self) -> web.Application:
@@ -75,12 +79,15 @@ class SimServer:
         return web.json_response({"object": "list", "data": data})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        arrived = time.time()
         self.requests += 1
         try:
             req = request_from_openai(await request.json())
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             self.outcomes["bad request"] += 1
             return _error(400, f"invalid chat-completions request: {exc}")
+        if "clone_index" in req.metadata:
+            self.first_request_at.setdefault(f"{req.metadata['batch_id']}/{req.metadata['clone_index']}", arrived)
         step = self.brain.next_step(req)
         delay_ms = step.latency_ms if step.latency_ms is not None else self.latency_ms
         if delay_ms:

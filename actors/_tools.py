@@ -205,6 +205,8 @@ async def _grep(args: dict[str, Any], ctx: ToolContext) -> str:
 def _kill_group(proc: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()  # the shell itself, should its group be gone already
 
 
 async def _shell(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -244,43 +246,23 @@ def _s(description: str) -> dict[str, Any]:
 
 _PATH = _s("path relative to the launch directory")
 _DIR = _s("directory to search, relative to the launch directory (default: the launch directory)")
+_WRITE = {"path": _PATH, "content": _s("the whole new content")}
+_EDIT = {"path": _PATH, "old_string": _s("text that occurs exactly once"), "new_string": _s("its replacement")}
+_GREP = {"pattern": _s("Python regular expression"), "include": _s("file-name glob, e.g. *.py"), "path": _DIR}
 BUILTIN_TOOLS: dict[str, Tool] = {
     t.name: t
     for t in (
         Tool(spec=_spec("file_read", "Read a text file in the launch directory.", {"path": _PATH}, ["path"]), run=_file_read, parallel_safe=True),
-        Tool(
-            spec=_spec("file_write", "Create or overwrite a file in the launch directory.", {"path": _PATH, "content": _s("the whole new content")}, ["path", "content"]),
-            run=_file_write,
-        ),
-        Tool(
-            spec=_spec(
-                "file_edit",
-                "Replace the one exact occurrence of old_string in a file.",
-                {"path": _PATH, "old_string": _s("text that occurs exactly once"), "new_string": _s("its replacement")},
-                ["path", "old_string", "new_string"],
-            ),
-            run=_file_edit,
-        ),
+        Tool(spec=_spec("file_write", "Create or overwrite a file in the launch directory.", _WRITE, ["path", "content"]), run=_file_write),
+        Tool(spec=_spec("file_edit", "Replace the one exact occurrence of old_string in a file.", _EDIT, list(_EDIT)), run=_file_edit),
         Tool(spec=_spec("list_dir", "List a directory (dirs end in /, links in @).", {"path": _PATH}, []), run=_list_dir, parallel_safe=True),
         Tool(
             spec=_spec("glob", "Find files by glob pattern, e.g. **/*.py.", {"pattern": _s("glob pattern"), "path": _DIR}, ["pattern"]),
             run=_glob,
             parallel_safe=True,
         ),
-        Tool(
-            spec=_spec(
-                "grep",
-                "Search file contents by regular expression; answers path:line:text.",
-                {"pattern": _s("Python regular expression"), "include": _s("file-name glob, e.g. *.py"), "path": _DIR},
-                ["pattern"],
-            ),
-            run=_grep,
-            parallel_safe=True,
-        ),
-        Tool(
-            spec=_spec("shell", "Run a shell command; it starts in the launch directory.", {"command": _s("command line for /bin/sh")}, ["command"]),
-            run=_shell,
-        ),
+        Tool(spec=_spec("grep", "Search file contents by regular expression; answers path:line:text.", _GREP, ["pattern"]), run=_grep, parallel_safe=True),
+        Tool(spec=_spec("shell", "Run a shell command; it starts in the launch directory.", {"command": _s("command for /bin/sh")}, ["command"]), run=_shell),
     )
 }
 

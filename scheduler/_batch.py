@@ -16,7 +16,7 @@ from ..actors._sim import SimScript
 from ..actors._spec import CloneSpec
 from ..actors._tools import BUILTIN_TOOLS, CLAUDE_ALIASES
 from ..config import Config
-from ..definitions import DEFAULT_EXIT_SCHEMA, Catalog, Definition, render_batch
+from ..definitions import DEFAULT_EXIT_SCHEMA, Catalog, Definition, SkillCatalog, render_batch
 from ..errors import ConfigError, UsageError
 
 __all__ = ["BatchRequest", "check_count", "plan_specs", "resolve_tools"]
@@ -95,6 +95,7 @@ def plan_specs(
     job_ids: Sequence[str],
     caller_cwd: Path,
     caller_tools: Sequence[str] | None = None,
+    skills: SkillCatalog | None = None,
 ) -> tuple[CloneSpec, ...]:
     """Render every clone of the batch and return their specs (nothing is started).
 
@@ -128,6 +129,8 @@ def plan_specs(
         variables=dict(req.variables),
         available_tools=list(tools),
         available_subagents=[d.name for d in catalog.listed()],
+        available_skills=skills.names() if skills is not None else (),
+        skills=skills,
     )
     schema = defn.exit_tool_schema or DEFAULT_EXIT_SCHEMA
     return tuple(

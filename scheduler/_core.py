@@ -22,6 +22,7 @@ from ..actors._jobtools import JobControl
 from ..actors._sim import SimScript
 from ..actors._spec import CloneSpec
 from ..config import Config
+from ..definitions import Catalog, SkillCatalog
 from ..errors import ClusterError, UnknownJobError, UsageError
 from ._state import TERMINAL, JobRecord, JobState, display_name, new_batch_id, new_job_id
 
@@ -66,6 +67,11 @@ class BatchSubmission:
     """``--subagents-dir`` entries, reused when a clone of this batch spawns subagents."""
     project_path: str | None = None
     """The submitting caller's directory (where ``.clonefleet/subagents/`` is looked up)."""
+    catalog: Catalog | None = None
+    """The caller's definitions as loaded at submission: nested spawns of this batch use them,
+    so a remote cluster never needs the caller's files."""
+    skills: SkillCatalog | None = None
+    """The caller's skills, likewise."""
 
 
 class CoreControl:
@@ -227,10 +233,15 @@ class SchedulerCore:
 
     async def _start_on(self, host: HostLike, specs: list[CloneSpec]) -> None:
         try:
+            # Placement first: once started, a quick host may finish and be gone.
+            node = await host.node_id() if hasattr(host, "node_id") else None
             await host.start(specs)
         except ClusterError as exc:
             for spec in specs:
                 self._crash(spec.job_id, f"clone host {host.host_id} unavailable: {exc}")
+            return
+        for spec in specs:
+            self.jobs[spec.job_id].node = node
 
     def _release(self, rec: JobRecord, was_running: bool) -> None:
         if was_running:
@@ -358,11 +369,16 @@ class SchedulerCore:
             parent=parent_job_id,
             depth=depth,
         )
-        project = Path(meta.project_path or parent_spec.cwd)
-        catalog = await asyncio.to_thread(load_catalog, project, [Path(d) for d in meta.subagents_dirs], meta.config)
+        catalog = meta.catalog
+        if catalog is None:
+            project = Path(meta.project_path or parent_spec.cwd)
+            catalog = await asyncio.to_thread(load_catalog, project, [Path(d) for d in meta.subagents_dirs], meta.config)
         batch_id, job_ids = self.reserve_ids(check_count(req.count, meta.config))
         try:
-            specs = plan_specs(req, catalog, meta.config, batch_id=batch_id, job_ids=job_ids, caller_cwd=Path(parent_spec.cwd), caller_tools=parent_spec.tools)
+            specs = plan_specs(
+                req, catalog, meta.config, batch_id=batch_id, job_ids=job_ids,
+                caller_cwd=Path(parent_spec.cwd), caller_tools=parent_spec.tools, skills=meta.skills,
+            )
         except Exception:
             self._reserved_ids.difference_update(job_ids)
             raise

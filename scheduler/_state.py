@@ -63,6 +63,8 @@ class JobRecord:
     parent: str | None = None
     depth: int = 0
     host_id: str | None = None
+    node: str | None = None
+    """Id of the cluster node whose actor hosts the clone (known once it started)."""
     model: str | None = None
     turns: int = 0
     usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0})
@@ -124,6 +126,8 @@ class JobRecord:
             "usage": dict(self.usage),
             "progress": self.progress,
             "parent": self.parent,
+            "host": self.host_id,
+            "node": self.node,
             "concerns": list(self.concerns),
             "salvaged": self.salvaged,
             "nonconforming": self.nonconforming,

@@ -7,10 +7,12 @@ killing them when their clones are done.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..actors._sim import SimScript
 from ..actors._spec import CloneSpec
@@ -26,11 +28,18 @@ from ..cluster._connect import NAMESPACE, SCHEDULER_NAME
 class RayHost:
     """A :class:`~clonefleet.scheduler._core.HostLike` backed by a clone-host actor."""
 
-    def __init__(self, host_id: str, config: Config, sim_script: SimScript | None, control: object = None) -> None:
+    def __init__(
+        self, host_id: str, config: Config, sim_script: SimScript | None, control: object = None, *, node_id: str | None = None
+    ) -> None:
         # ``control`` is the core's in-process job control; an actor host reaches the
         # scheduler actor by name instead (see clonefleet.actors.remote.SchedulerControl).
         self.host_id = host_id
-        self._host = CloneHost.create(host_id, config, sim_script, options={"scheduling_strategy": "SPREAD"})
+        strategy: Any = "SPREAD"
+        if node_id is not None:
+            # Soft affinity: placed on the chosen node while it lives, anywhere otherwise.
+            strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=True)
+        self._host = CloneHost.create(host_id, config, sim_script, options={"scheduling_strategy": strategy})
+        self._node: str | None = None
 
     async def start(self, specs: Sequence[CloneSpec]) -> int:
         return await self._host.start(specs)
@@ -42,7 +51,9 @@ class RayHost:
         return await self._host.drain(wait_s)
 
     async def node_id(self) -> str:
-        return await self._host.node_id()
+        if self._node is None:
+            self._node = await self._host.node_id()
+        return self._node
 
     async def close(self) -> None:
         # A finished host's process is freed at once: a batch of thousands must not keep idle
@@ -57,12 +68,32 @@ class SchedulerActor:
     def __init__(self, max_concurrency: int | None = None) -> None:
         self._max_concurrency = max_concurrency
         self._core: SchedulerCore | None = None
+        self._nodes: list[str] = []
+        self._nodes_at = 0.0
+        self._next = 0
+
+    def _refresh_nodes(self) -> None:
+        if time.monotonic() - self._nodes_at < 5.0 and self._nodes:
+            return
+        alive = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        self._nodes = sorted(n["NodeID"] for n in alive)
+        self._nodes_at = time.monotonic()
+        if self._core is not None:
+            self._core.cpus = int(sum(n["Resources"]["CPU"] for n in alive)) or 1
+            self._core.nodes = len(alive) or 1
+
+    def _host(self, host_id: str, config: Config, sim_script: SimScript | None, control: object) -> RayHost:
+        """Hosts go round-robin over the alive nodes with CPUs, so a batch covers every node."""
+        self._refresh_nodes()
+        node = self._nodes[self._next % len(self._nodes)] if self._nodes else None
+        self._next += 1
+        return RayHost(host_id, config, sim_script, control, node_id=node)
 
     def _c(self) -> SchedulerCore:
         if self._core is None:
-            nodes = [n for n in ray.nodes() if n.get("Alive")]
-            cpus = int(sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)) or 1
-            self._core = SchedulerCore(RayHost, max_concurrency=self._max_concurrency, cpus=cpus, nodes=len(nodes) or 1)
+            self._core = SchedulerCore(self._host, max_concurrency=self._max_concurrency)
+            self._nodes_at = 0.0
+            self._refresh_nodes()
         return self._core
 
     async def ping(self) -> str:
@@ -75,7 +106,9 @@ class SchedulerActor:
         return self._c().reserve_ids(count)
 
     async def submit(self, sub: BatchSubmission) -> dict[str, Any]:
-        return self._c().submit(sub)
+        core = self._c()
+        self._refresh_nodes()  # a batch sizes its hosts from the cluster as it is now
+        return core.submit(sub)
 
     async def job_status(self, job_id: str) -> dict[str, Any]:
         return self._c().job_status(job_id)

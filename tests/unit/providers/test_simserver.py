@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 
 import httpx
 import pytest
@@ -63,6 +64,28 @@ async def test_fault_rolls_are_deterministic_per_seed(sim, openai_model, req):
     assert first == again
     assert first != other
     assert {"ok", "503", "429"} <= set(first + other)
+
+
+async def test_first_request_time_is_kept_per_clone_and_not_moved_by_later_requests(sim, openai_model, req):
+    server, url = await sim()
+    model = openai_model(url)
+    before = time.time()
+    await model.request(req(0))
+    first = server.first_request_at["batch1/0"]
+    await model.request(req(0))
+    await model.request(req(1, batch_id="other"))
+    assert before <= first <= time.time()
+    assert server.first_request_at["batch1/0"] == first
+    assert set(server.first_request_at) == {"batch1/0", "other/1"}
+    assert server.requests == 3
+
+
+async def test_requests_without_a_clone_are_not_timed(sim):
+    server, url = await sim()
+    async with httpx.AsyncClient() as client:
+        resp = await client.post(f"{url}/chat/completions", json={"model": "sim-small", "messages": [{"role": "user", "content": "x"}]})
+    assert resp.status_code == 200
+    assert server.first_request_at == {}
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "example.com"])
