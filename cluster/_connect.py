@@ -33,6 +33,16 @@ def loopback_environment() -> None:
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 
+def _keep_loopback_if_imported_early(address: str | None) -> None:
+    # When the caller imported Ray before clonefleet, Ray computed its "clusters enabled" switch
+    # from the environment of that moment and would resolve 127.0.0.1 to the machine's routable
+    # address. For an embedded instance or a loopback address, turn that switch off again.
+    if address is None or address == "auto" or address.split("://")[-1].startswith(("127.", "localhost")):
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
+
+
 def _token_auth_for_client() -> None:
     # A cluster started with `ray start` uses token authentication and writes the token to
     # ~/.ray/auth_token; a client given an explicit address only sends it in token mode.
@@ -89,6 +99,7 @@ class ClusterSession:
 
         if ray.is_initialized():
             return self
+        _keep_loopback_if_imported_early(self.address)
         kwargs: dict[str, Any] = {
             "namespace": self.cfg.namespace,
             "log_to_driver": self.cfg.log_to_driver,

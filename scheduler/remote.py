@@ -37,7 +37,7 @@ class RayHost:
         strategy: Any = "SPREAD"
         if node_id is not None:
             # Soft affinity: placed on the chosen node while it lives, anywhere otherwise.
-            strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=True)
+            strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
         self._host = CloneHost.create(host_id, config, sim_script, options={"scheduling_strategy": strategy})
         self._node: str | None = None
 

@@ -64,9 +64,14 @@ def ray_head(tmp_path):
     yield f"127.0.0.1:{port}"
     os.killpg(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(60)
+        proc.wait(10)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # whatever of the node group is still there
+    except ProcessLookupError:
+        pass
+    proc.wait(30)
     log.close()
     shutil.rmtree(short_tmp, ignore_errors=True)
 
