@@ -110,7 +110,8 @@ def _jobs_list(fleet: Any, args: argparse.Namespace) -> int:
 def _jobs_status(fleet: Any, args: argparse.Namespace) -> int:
     for job_id in fleet.expand(args.ids):
         s = fleet.job_status(job_id)
-        _print(s, args.json, f"{s['job_id']} {s['display_name']}: {s['status']} outcome={s['outcome']} model={s['model']} turns={s['turns']}")
+        why = f" ({s['detail']})" if s.get("detail") else ""
+        _print(s, args.json, f"{s['job_id']} {s['display_name']}: {s['status']} outcome={s['outcome']} model={s['model']} turns={s['turns']}{why}")
     return EXIT_OK
 
 

@@ -86,6 +86,9 @@ class CloneSpec:
     """Nesting depth: 0 for a batch started by a user."""
     allow_subagent_spawn: bool = False
     """Gives the clone the ``subagent`` and job-control tools."""
+    available_skills: tuple[tuple[str, str, str], ...] = ()
+    """``(name, description, body)`` of skills the definition's own policy allows the model to
+    load with the ``skill`` tool (model-invocation-disabled skills excluded)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,7 +16,7 @@ from ..actors._sim import SimScript
 from ..actors._spec import CloneSpec
 from ..actors._tools import BUILTIN_TOOLS, CLAUDE_ALIASES
 from ..config import Config
-from ..definitions import DEFAULT_EXIT_SCHEMA, Catalog, Definition, SkillCatalog, render_batch
+from ..definitions import DEFAULT_EXIT_SCHEMA, Catalog, Definition, SkillCatalog, render_batch, skill_allowed
 from ..errors import ConfigError, UsageError
 
 __all__ = ["BatchRequest", "check_count", "plan_specs", "resolve_tools"]
@@ -133,6 +133,11 @@ def plan_specs(
         skills=skills,
     )
     schema = defn.exit_tool_schema or DEFAULT_EXIT_SCHEMA
+    loadable = tuple(
+        (sk.name, sk.description, sk.body)
+        for sk in (skills.skills.values() if skills is not None else ())
+        if skill_allowed(defn, sk.name) and not sk.disable_model_invocation
+    )
     return tuple(
         CloneSpec(
             job_id=job_ids[r.index],
@@ -159,6 +164,7 @@ def plan_specs(
             parent=req.parent,
             depth=req.depth,
             allow_subagent_spawn=defn.allow_subagent_spawn,
+            available_skills=loadable,
         )
         for r in rendered
     )

@@ -285,6 +285,8 @@ class SchedulerCore:
             rec.progress = event.get("progress")
         elif kind == "model_failover":
             rec.model = event.get("to") or rec.model
+        elif kind == "error":
+            rec.detail = event.get("detail")
         elif kind == "started":
             rec.model = event.get("model") or rec.model
         self._record(job_id, event)
@@ -303,6 +305,7 @@ class SchedulerCore:
         if rec.is_terminal:
             return
         fields = {"job_id": job_id, "batch_id": rec.batch_id, "agent": rec.agent, "clone_index": rec.clone_index, "model": rec.model, "warnings": rec.warnings}
+        rec.detail = detail
         self._record(job_id, {"type": "error", "ts": time.time(), "stop_reason": "abnormal", "detail": detail})
         self._finish(rec, crashed_result(fields, detail))
 

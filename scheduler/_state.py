@@ -73,6 +73,9 @@ class JobRecord:
     stop_reason: str | None = None
     result: Any = None
     error: str | None = None
+    detail: str | None = None
+    """Why a non-completed run ended (e.g. each model's last failure); the ``error`` text stays
+    the exact caller-facing sentence."""
     salvaged: bool = False
     nonconforming: bool = False
     concerns: list[str] = field(default_factory=list)
@@ -121,6 +124,8 @@ class JobRecord:
             "status": str(self.state),
             "outcome": self.outcome,
             "stop_reason": self.stop_reason,
+            "error": self.error,
+            "detail": self.detail,
             "model": self.model,
             "turns": self.turns,
             "usage": dict(self.usage),

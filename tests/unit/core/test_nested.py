@@ -134,3 +134,37 @@ async def test_background_spawn_returns_ids_to_poll(tmp_path):
     assert len(kids) == 3
     assert (await core.job_block([k["job_id"] for k in kids], timeout_seconds=20))["done"]
     await core.aclose()
+
+
+@pytest.mark.timeout(30)
+async def test_job_control_tools_status_block_result_and_cancel(tmp_path):
+    cwd = project(tmp_path)
+    # The middle job hangs; root polls it, blocks briefly (timeout), reads a running result
+    # (a clear error), cancels it, then ends.
+    script = {"agents": {"root": {"default": [
+        spawn_step("middle", background=True),
+        {"tool": "list_jobs", "args": {"agent": "middle"}},
+        {"tool": "exit_tool", "args": {"success": True, "summary": "done"}},
+    ]}, "middle": {"default": [{"hang": True}]}}}
+    core = SchedulerCore(LocalHost)
+    root = start(core, cwd, script)["job_ids"][0]
+    assert (await core.job_block([root], timeout_seconds=20))["done"]
+    middle = core.list_jobs(parent=root)["jobs"][0]["job_id"]
+    from clonefleet.actors._jobtools import job_tools
+    from clonefleet.actors._tools import ToolContext
+    from clonefleet.errors import ToolRetry
+    tools = job_tools(core.control, root)
+    ctx = ToolContext(root=cwd)
+    status = await tools["job_status"].run({"job_id": middle}, ctx)
+    assert '"status": "running"' in status
+    blocked = await tools["job_block"].run({"job_ids": [middle], "timeout_seconds": 0.05}, ctx)
+    assert '"done": false' in blocked
+    with pytest.raises(ToolRetry, match="still running"):
+        await tools["job_result"].run({"job_id": middle}, ctx)
+    await tools["job_cancel"].run({"job_id": middle}, ctx)
+    await tools["job_cancel"].run({"job_id": middle}, ctx)
+    assert (await core.job_block([middle], timeout_seconds=5))["done"]
+    assert '"status": "cancelled"' in await tools["job_result"].run({"job_id": middle}, ctx)
+    listing = await tools["list_jobs"].run({"parent": root}, ctx)
+    assert '"capacity"' in listing and middle in listing
+    await core.aclose()

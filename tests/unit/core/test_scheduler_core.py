@@ -90,3 +90,35 @@ def test_transition_table_is_exhaustive_and_terminal_states_are_final():
 @pytest.mark.parametrize(("count", "cpus", "nodes", "per"), [(8, 2, 1, 4), (1, 2, 1, 1), (10_000, 2, 1, 5000), (10, 4, 3, 3), (3, 16, 1, 1)])
 def test_clones_per_actor_is_chosen_from_batch_and_cluster(count, cpus, nodes, per):
     assert choose_clones_per_actor(count, cpus, nodes) == per
+
+
+async def test_fleet_wide_cap_holds_across_batches():
+    core = SchedulerCore(LocalHost, max_concurrency=3)
+    first = core.submit(submission(core, 5, latency_ms=15))
+    second = core.submit(submission(core, 5, latency_ms=15))
+    ids = first["job_ids"] + second["job_ids"]
+    peak = 0
+    while not (await core.job_block(ids, wait_seconds=0.02))["done"]:
+        peak = max(peak, core.capacity()["running"])
+        assert core.capacity()["running"] + core.capacity()["queued"] <= 10
+    assert peak == 3
+    assert {core.jobs[j].state for j in ids} == {JobState.COMPLETED}
+    await core.aclose()
+
+
+async def test_failed_run_keeps_exact_error_and_records_each_models_failure():
+    core = SchedulerCore(LocalHost)
+    script = SimScript.from_data({"default": [{"error": 401}, {"error": 403}]})
+    sub = submission(core, 1, script=script)
+    sub = BatchSubmission(
+        batch_id=sub.batch_id,
+        specs=tuple(s.__class__(**{**{f: getattr(s, f) for f in s.__dataclass_fields__}, "candidates": ("sim-small", "sim-large")}) for s in sub.specs),
+        config=sub.config,
+        sim_script=script,
+    )
+    job = core.submit(sub)["job_ids"][0]
+    await core.job_block([job], timeout_seconds=10)
+    status = core.job_status(job)
+    assert status["error"] == "Error: subagent run failed"
+    assert "sim-small" in status["detail"] and "sim-large" in status["detail"] and "401" in status["detail"]
+    await core.aclose()
