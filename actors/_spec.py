@@ -14,7 +14,20 @@ from ..config import Config
 from ._sim import SimScript
 from ._tools import Tool
 
-__all__ = ["CloneSpec", "RunResult", "StopReason", "STOP_ERRORS"]
+__all__ = ["RUN_RECORD_FIELDS", "CloneSpec", "RunResult", "StopReason", "STOP_ERRORS", "run_record"]
+
+RUN_RECORD_FIELDS = (
+    "job_id", "batch_id", "agent", "clone_index", "status", "stop_reason", "outcome", "result", "salvaged",
+    "nonconforming", "concerns", "warnings", "error", "model", "turns", "usage",
+)
+"""The fields of one ``run --json`` object, in order (SPEC §7)."""
+
+
+def run_record(source: Any, **overrides: Any) -> dict[str, Any]:
+    """The ``run --json`` object read off any object with those attributes."""
+    out = {name: overrides[name] if name in overrides else getattr(source, name) for name in RUN_RECORD_FIELDS}
+    out["concerns"], out["warnings"], out["usage"] = list(out["concerns"]), list(out["warnings"]), dict(out["usage"])
+    return out
 
 
 class StopReason(StrEnum):
@@ -113,21 +126,4 @@ class RunResult:
     usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0})
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "batch_id": self.batch_id,
-            "agent": self.agent,
-            "clone_index": self.clone_index,
-            "status": self.status,
-            "stop_reason": str(self.stop_reason),
-            "outcome": self.outcome,
-            "result": self.result,
-            "salvaged": self.salvaged,
-            "nonconforming": self.nonconforming,
-            "concerns": list(self.concerns),
-            "warnings": list(self.warnings),
-            "error": self.error,
-            "model": self.model,
-            "turns": self.turns,
-            "usage": dict(self.usage),
-        }
+        return run_record(self, status=self.status, stop_reason=str(self.stop_reason))

@@ -330,7 +330,8 @@ def run_clonefleet(n: int, server: Server, watch: ProcWatch, args: argparse.Name
     stats = server.stats(prefix=f"{batch.batch_id}/")
     firsts = [(ts - t0) * 1000 for ts in stats["first_request_at"].values()]
     jobs = block["jobs"]
-    hosts = len(watch.hosts_seen)
+    # The job table names each job's host; host processes seen in /proc are the fallback.
+    hosts = len({j["host"] for j in jobs if j.get("host")}) or len(watch.hosts_seen)
     row.update(
         {
             "done": block["done"],
@@ -338,6 +339,8 @@ def run_clonefleet(n: int, server: Server, watch: ProcWatch, args: argparse.Name
             "statuses": _count(f"{j['status']}/{j['outcome']}" for j in jobs),
             "clones_per_actor": args.clones_per_actor or "auto",
             "host_processes": hosts,
+            "host_processes_seen": len(watch.hosts_seen),
+            "nodes_used": len({j["node"] for j in jobs if j.get("node")}) or None,
             "clones_per_host": math.ceil(n / hosts) if hosts else None,
             "clones_first_requested": len(firsts),
             "first_request_p50_ms": _round(_pct(firsts, 0.50)),
@@ -550,6 +553,19 @@ def verdicts(rows: list[dict[str, Any]], cold: dict[str, Any] | None) -> list[st
     return out
 
 
+def _git_commit() -> str | None:
+    """The checkout's commit, with ``+dirty`` when it has changes (``None`` outside git)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if head.returncode:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sizes", default="10,100,1000,10000", help="comma-separated batch sizes")
@@ -598,12 +614,13 @@ def main() -> int:
         "agent": "general-purpose",
         "provider": "openai -> simulated server over HTTP (own process)",
         "cpus": os.cpu_count(),
+        "commit": _git_commit(),
         "python": platform.python_version(),
         "versions": {p: metadata.version(p) for p in ("ray", "aiohttp", "httpx", "httpx-aiohttp", "clonefleet")},
     }
     print(f"fanout: {json.dumps(params)}")  # noqa: T201 - a benchmark script prints its table
     print(table(rows))  # noqa: T201
-    print("clones/actor = setting:clones per host x host processes seen")  # noqa: T201
+    print("clones/actor = setting:clones per host x hosts")  # noqa: T201
     if cold is not None:
         print(f"cold `clonefleet run general-purpose --count {cold['count']}`: {cold['wall_s']} s, exit {cold['exit_status']}, {cold['completed_success']}/{cold['count']} ok")  # noqa: T201
     for line in verdicts(rows, cold):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from ..actors._spec import run_record
 from ..errors import UsageError
 
 __all__ = ["TERMINAL", "TRANSITIONS", "JobRecord", "JobState", "display_name", "new_batch_id", "new_job_id"]
@@ -144,21 +145,4 @@ class JobRecord:
 
     def run_record(self) -> dict[str, Any]:
         """The ``run --json`` object of SPEC §7 (meaningful once terminal)."""
-        return {
-            "job_id": self.job_id,
-            "batch_id": self.batch_id,
-            "agent": self.agent,
-            "clone_index": self.clone_index,
-            "status": str(self.state),
-            "stop_reason": self.stop_reason,
-            "outcome": self.outcome,
-            "result": self.result,
-            "salvaged": self.salvaged,
-            "nonconforming": self.nonconforming,
-            "concerns": list(self.concerns),
-            "warnings": list(self.warnings),
-            "error": self.error,
-            "model": self.model,
-            "turns": self.turns,
-            "usage": dict(self.usage),
-        }
+        return run_record(self, status=str(self.state))
