@@ -11,19 +11,21 @@ For each batch size N:
    call), p50/p99 from the spawn call to each clone's first model request (the server records
    when each ``"<batch>/<clone>"`` first asked), the memory Ray's processes and this driver add
    during the run (peak during the run minus idle Ray just before the spawn, read from
-   ``/proc``: RSS and PSS), the CPU each process kind used, and the clones per actor (host
-   processes seen in ``/proc``).
+   ``/proc``: RSS and PSS), the CPU each process kind used, and the clones per actor (hosts
+   named in the job table, else host processes seen in ``/proc``).
 2. baseline: one process, one ``aiohttp`` session, N agents all at once, each sending the two
    chat-completion requests a clone sends (the body of a clone's first request is captured by
    the server and reused, only ``user`` changes; the second request appends the answer and a
-   tool result, as a hand-written loop would).
+   tool result, as a hand-written loop would). The session's pool holds ``--baseline-limit``
+   connections (default 1000, the pool one clonefleet host process has).
 
 Once at the end: ``clonefleet run general-purpose --count 1000`` cold in a subprocess (in-process
 simulated provider, Ray start included). Every wait is bounded in count and time; processes this
 script started are stopped before it exits.
 
     python benchmarks/fanout.py [--sizes 10,100,1000,10000] [--latency-ms 200] [--seed 0]
-                                [--clones-per-actor K] [--cold-count 1000] [--no-cold]
+                                [--clones-per-actor K] [--baseline-limit 1000]
+                                [--cold-count 1000] [--no-cold]
 
 Prints one table and writes ``benchmarks/results/fanout.json``. Targets (issue 6): N=1000 within
 1.5x the loop; N=10000 within 2x with under 3 GB added; cold ``run --count 1000`` under 20 s.
@@ -154,6 +156,8 @@ _KINDS = (
     ("ray::", "ray agents"),
     ("log_monitor", "log monitor"),
     ("monitor.py", "autoscaler monitor"),
+    ("workers/setup_worker.py", "starting workers"),
+    ("default_worker.py", "starting workers"),
 )
 
 
@@ -161,7 +165,9 @@ def _kind(cmdline: bytes, pid: int) -> str:
     """What a process is, from its command line (Ray sets ``ray::<Actor>`` titles)."""
     if pid == os.getpid():
         return "driver"
-    text = " ".join(a.decode(errors="replace") for a in cmdline.split(b"\x00")[:2])  # program (and script)
+    argv = [a.decode(errors="replace") for a in cmdline.split(b"\x00") if a]
+    script = next((a for a in argv[1:] if not a.startswith("-")), "")  # skips `python -u`
+    text = f"{argv[0] if argv else ''} {script}"
     return next((kind for word, kind in _KINDS if word in text), "other")
 
 
@@ -553,6 +559,10 @@ def verdicts(rows: list[dict[str, Any]], cold: dict[str, Any] | None) -> list[st
     return out
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _git_commit() -> str | None:
     """The checkout's commit, with ``+dirty`` when it has changes (``None`` outside git)."""
     root = Path(__file__).resolve().parents[1]
@@ -572,7 +582,14 @@ def main() -> int:
     parser.add_argument("--latency-ms", type=float, default=200.0, help="simulated server latency per request")
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulated server")
     parser.add_argument("--clones-per-actor", type=int, default=None, help="override clonefleet's automatic choice")
-    parser.add_argument("--baseline-limit", type=int, default=0, help="baseline connection limit (0 = none)")
+    parser.add_argument(
+        "--baseline-limit",
+        type=int,
+        default=1000,
+        help="connections the baseline's session opens at most (0 = one per agent); default: the "
+        "per-process pool of clonefleet's providers (max_connections), since 10,000 connections at "
+        "once make the loop slower, not faster",
+    )
     parser.add_argument("--time-limit-s", type=float, default=600.0, help="longest wait for one batch")
     parser.add_argument("--cold-count", type=int, default=1000)
     parser.add_argument("--no-cold", action="store_true", help="skip the cold `clonefleet run`")
@@ -582,7 +599,7 @@ def main() -> int:
     if args.serve:
         return serve(args.latency_ms, args.seed)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)  # a terminated run still stops Ray and the server
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
     server = Server(args.latency_ms, args.seed)
