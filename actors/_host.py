@@ -9,6 +9,8 @@ drains; a clone's final event carries its :class:`RunResult`.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import pickle
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -29,17 +31,16 @@ FINAL_EVENT = "_final"
 class HostCore:
     """Runs clones as tasks and buffers their events for the scheduler.
 
+    A host outlives batches: each ``start`` names its batch's config and simulation script, and
+    clones of batches with the same pair share one :class:`ProviderPool` (one HTTP pool).
+
     Args:
-        config: the fleet config (providers, models).
-        sim_script: a simulation script shared by every clone of this host.
         control: job control for clones whose definition allows spawning subagents.
         max_buffer: events kept before the oldest non-final ones are dropped (``dropped`` counts).
     """
 
-    def __init__(
-        self, config: Config, *, sim_script: SimScript | None = None, control: JobControl | None = None, max_buffer: int = 200_000
-    ) -> None:
-        self.pool = ProviderPool(config, sim_script=sim_script)
+    def __init__(self, *, control: JobControl | None = None, max_buffer: int = 200_000) -> None:
+        self._pools: dict[str, ProviderPool] = {}
         self.control = control
         self._tasks: dict[str, asyncio.Task[RunResult]] = {}
         self._clones: dict[str, Clone] = {}
@@ -57,8 +58,17 @@ class HostCore:
         self._events.append({"job_id": job_id, "event": event})
         self._wakeup.set()
 
-    def start(self, specs: Sequence[CloneSpec]) -> None:
+    def pool_for(self, config: Config, sim_script: SimScript | None) -> ProviderPool:
+        """The provider pool of a (config, script) pair, made on first use."""
+        key = hashlib.blake2b(pickle.dumps((config.model_dump_json(), sim_script)), digest_size=16).hexdigest()
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = self._pools[key] = ProviderPool(config, sim_script=sim_script)
+        return pool
+
+    def start(self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None = None) -> None:
         """Start one task per spec; returns at once."""
+        pool = self.pool_for(config, sim_script)
         for spec in specs:
             if spec.job_id in self._tasks:
                 continue
@@ -67,9 +77,9 @@ class HostCore:
                 self._push(spec.job_id, {"type": FINAL_EVENT, "ts": time.time(), "result": _cancelled(spec).to_json()})
                 continue
             self.started_at[spec.job_id] = time.time()
-            self._tasks[spec.job_id] = asyncio.get_running_loop().create_task(self._run(spec), name=spec.job_id)
+            self._tasks[spec.job_id] = asyncio.get_running_loop().create_task(self._run(spec, pool), name=spec.job_id)
 
-    async def _run(self, spec: CloneSpec) -> RunResult:
+    async def _run(self, spec: CloneSpec, pool: ProviderPool) -> RunResult:
         def emit(event: dict[str, Any], job_id: str = spec.job_id) -> None:
             self._push(job_id, event)
 
@@ -77,7 +87,7 @@ class HostCore:
             emit({"type": "model_failover", "ts": time.time(), "from": src, "to": dst, "reason": reason[:500]})
 
         try:
-            clone = Clone(spec, self.pool.failover_for(spec, on_failover), emit=emit, control=self.control)
+            clone = Clone(spec, pool.failover_for(spec, on_failover), emit=emit, control=self.control)
             self._clones[spec.job_id] = clone
             result = await clone.run()
         except asyncio.CancelledError:
@@ -129,7 +139,9 @@ class HostCore:
         for task in self._tasks.values():
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
-        await self.pool.aclose()
+        for pool in self._pools.values():
+            await pool.aclose()
+        self._pools.clear()
 
 
 def _ended(spec: CloneSpec, status: str, reason: StopReason, outcome: str, detail: str = "") -> RunResult:

@@ -26,18 +26,21 @@ __all__ = ["CloneHost", "CloneHostActor"]
 class CloneHostActor:
     """Hosts many clones as asyncio tasks in one worker process."""
 
-    def __init__(self, config: Config, sim_script: SimScript | None = None) -> None:
-        self._config, self._script = config, sim_script
+    def __init__(self) -> None:
+        # Import what every clone needs now, while the host is only warming up, so the first
+        # batch does not pay for it (about a second on a busy 2-core machine).
+        from . import _http, _loop  # noqa: F401
+
         self._core: HostCore | None = None
 
     def _host(self) -> HostCore:
         # Loop-bound objects (events, HTTP clients) are made on first use inside the actor's loop.
         if self._core is None:
-            self._core = HostCore(self._config, sim_script=self._script, control=SchedulerControl())
+            self._core = HostCore(control=SchedulerControl())
         return self._core
 
-    async def start(self, specs: list[CloneSpec]) -> int:
-        self._host().start(specs)
+    async def start(self, specs: list[CloneSpec], config: Config, sim_script: SimScript | None = None) -> int:
+        self._host().start(specs, config, sim_script)
         return len(specs)
 
     async def cancel(self, job_ids: list[str]) -> list[str]:
@@ -99,8 +102,8 @@ class CloneHost:
         self.handle, self.host_id = handle, host_id
 
     @classmethod
-    def create(cls, host_id: str, config: Config, sim_script: SimScript | None, *, options: dict[str, Any] | None = None) -> CloneHost:
-        handle = CloneHostActor.options(name=None, **(options or {})).remote(config, sim_script)
+    def create(cls, host_id: str, *, options: dict[str, Any] | None = None) -> CloneHost:
+        handle = CloneHostActor.options(name=None, **(options or {})).remote()
         return cls(handle, host_id)
 
     async def _call(self, method: str, *args: Any) -> Any:
@@ -109,8 +112,8 @@ class CloneHost:
         except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
             raise ClusterError(f"clone host {self.host_id} is gone: {type(exc).__name__}") from None
 
-    async def start(self, specs: Sequence[CloneSpec]) -> int:
-        return await self._call("start", list(specs))
+    async def start(self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None = None) -> int:
+        return await self._call("start", list(specs), config, sim_script)
 
     async def cancel(self, job_ids: Sequence[str]) -> list[str]:
         return await self._call("cancel", list(job_ids))

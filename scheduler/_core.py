@@ -40,15 +40,15 @@ class HostLike(Protocol):
 
     host_id: str
 
-    async def start(self, specs: Sequence[CloneSpec]) -> int: ...
+    async def start(self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None) -> int: ...
     async def cancel(self, job_ids: Sequence[str]) -> list[str]: ...
     async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]: ...
     async def close(self) -> None: ...
 
 
-HostFactory = Callable[[str, Config, SimScript | None, JobControl], HostLike]
-"""Makes a host for ``(host_id, config, sim_script, control)``; ``control`` is the in-process
-job control of this core (an actor-backed host reaches the scheduler actor by name instead)."""
+HostFactory = Callable[[str, JobControl], HostLike]
+"""Makes a host for ``(host_id, control)``; ``control`` is the in-process job control of this
+core (an actor-backed host reaches the scheduler actor by name instead)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,6 +136,11 @@ class SchedulerCore:
         self._tick = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._host_seq = 0
+        self._idle: list[HostLike] = []
+        self._draining: set[str] = set()
+        self._dead: set[str] = set()
+        self.warm_hosts = 0
+        """Idle hosts kept for the next batches (``warm`` sets it)."""
 
     # -- ids and submission --------------------------------------------------------------
     def reserve_ids(self, count: int) -> tuple[str, list[str]]:
@@ -194,13 +199,31 @@ class SchedulerCore:
         per = sub.clones_per_actor or choose_clones_per_actor(len(sub.specs), self.cpus, self.nodes)
         for start in range(0, len(sub.specs), per):
             chunk = sub.specs[start : start + per]
-            self._host_seq += 1
-            host = self._factory(f"h{self._host_seq}", sub.config, sub.sim_script, self.control)
-            self._host_jobs[host.host_id] = {s.job_id for s in chunk}
-            for spec in chunk:
-                self._job_host[spec.job_id] = host
-                self.jobs[spec.job_id].host_id = host.host_id
+            self._bind(self._acquire_host(), [s.job_id for s in chunk])
+
+    def _new_host(self) -> HostLike:
+        self._host_seq += 1
+        return self._factory(f"h{self._host_seq}", self.control)
+
+    def _acquire_host(self) -> HostLike:
+        """A warm idle host when there is one (no process start, imports done), else a new one."""
+        return self._idle.pop() if self._idle else self._new_host()
+
+    def _bind(self, host: HostLike, job_ids: Sequence[str]) -> None:
+        jobs = self._host_jobs.setdefault(host.host_id, set())
+        jobs.update(job_ids)
+        for job_id in job_ids:
+            self._job_host[job_id] = host
+            self.jobs[job_id].host_id = host.host_id
+        if host.host_id not in self._draining:
+            self._draining.add(host.host_id)
             self._spawn_task(self._drain_loop(host))
+
+    def warm(self, count: int) -> None:
+        """Start ``count`` idle hosts now, so the next batches skip process start-up."""
+        self.warm_hosts = count
+        while len(self._idle) < count:
+            self._idle.append(self._new_host())
 
     # -- the pool ------------------------------------------------------------------------
     def _slots_free(self) -> bool:
@@ -208,7 +231,7 @@ class SchedulerCore:
 
     def _pump(self) -> None:
         """Start queued jobs while slots are free (round-robin over batches)."""
-        starts: dict[str, tuple[HostLike, list[CloneSpec]]] = {}
+        starts: dict[tuple[str, str], tuple[HostLike, str, list[CloneSpec]]] = {}
         progressed = True
         while progressed and self._slots_free():
             progressed = False
@@ -226,17 +249,26 @@ class SchedulerCore:
                 self._running += 1
                 self._batch_running[batch_id] += 1
                 host = self._job_host[job_id]
-                starts.setdefault(host.host_id, (host, []))[1].append(self._specs[job_id])
+                starts.setdefault((host.host_id, batch_id), (host, batch_id, []))[2].append(self._specs[job_id])
                 progressed = True
-        for host, specs in starts.values():
-            self._spawn_task(self._start_on(host, specs))
+        for host, batch_id, specs in starts.values():
+            self._spawn_task(self._start_on(host, specs, self._batch_meta[batch_id]))
 
-    async def _start_on(self, host: HostLike, specs: list[CloneSpec]) -> None:
+    async def _start_on(self, host: HostLike, specs: list[CloneSpec], meta: BatchSubmission, retry: bool = True) -> None:
         try:
             # Placement first: once started, a quick host may finish and be gone.
             node = await host.node_id() if hasattr(host, "node_id") else None
-            await host.start(specs)
+            await host.start(specs, meta.config, meta.sim_script)
         except ClusterError as exc:
+            self._dead.add(host.host_id)
+            if retry:
+                # A warm host that died while idle: move its new clones to a fresh host, once.
+                fresh = self._new_host()
+                ids = [s.job_id for s in specs]
+                self._host_jobs[host.host_id].difference_update(ids)
+                self._bind(fresh, ids)
+                await self._start_on(fresh, specs, meta, retry=False)
+                return
             for spec in specs:
                 self._crash(spec.job_id, f"clone host {host.host_id} unavailable: {exc}")
             return
@@ -252,19 +284,27 @@ class SchedulerCore:
 
     # -- events from hosts ---------------------------------------------------------------
     async def _drain_loop(self, host: HostLike) -> None:
+        """Pull the host's events until its clones have all ended; then it idles or goes."""
         jobs = self._host_jobs[host.host_id]
+        healthy = True
         try:
             while any(not self.jobs[j].is_terminal for j in jobs):
                 try:
                     batch = await host.drain(1.0)
                 except ClusterError as exc:
-                    for job_id in jobs:
+                    healthy = False
+                    for job_id in list(jobs):
                         self._crash(job_id, f"clone host {host.host_id} died: {exc}")
                     return
                 for item in batch:
                     self._apply(item["job_id"], item["event"])
         finally:
-            self._spawn_task(host.close())
+            self._draining.discard(host.host_id)
+            jobs.clear()
+            if healthy and host.host_id not in self._dead and len(self._idle) < self.warm_hosts:
+                self._idle.append(host)
+            else:
+                self._spawn_task(host.close())
 
     def _apply(self, job_id: str, event: dict[str, Any]) -> None:
         rec = self.jobs.get(job_id)
@@ -503,3 +543,6 @@ class SchedulerCore:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        idle, self._idle = self._idle, []
+        for host in idle:
+            await host.close()

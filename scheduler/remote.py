@@ -28,9 +28,7 @@ from ..cluster._connect import NAMESPACE, SCHEDULER_NAME
 class RayHost:
     """A :class:`~clonefleet.scheduler._core.HostLike` backed by a clone-host actor."""
 
-    def __init__(
-        self, host_id: str, config: Config, sim_script: SimScript | None, control: object = None, *, node_id: str | None = None
-    ) -> None:
+    def __init__(self, host_id: str, control: object = None, *, node_id: str | None = None) -> None:
         # ``control`` is the core's in-process job control; an actor host reaches the
         # scheduler actor by name instead (see clonefleet.actors.remote.SchedulerControl).
         self.host_id = host_id
@@ -38,11 +36,11 @@ class RayHost:
         if node_id is not None:
             # Soft affinity: placed on the chosen node while it lives, anywhere otherwise.
             strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
-        self._host = CloneHost.create(host_id, config, sim_script, options={"scheduling_strategy": strategy})
+        self._host = CloneHost.create(host_id, options={"scheduling_strategy": strategy})
         self._node: str | None = None
 
-    async def start(self, specs: Sequence[CloneSpec]) -> int:
-        return await self._host.start(specs)
+    async def start(self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None = None) -> int:
+        return await self._host.start(specs, config, sim_script)
 
     async def cancel(self, job_ids: Sequence[str]) -> list[str]:
         return await self._host.cancel(job_ids)
@@ -65,8 +63,9 @@ class RayHost:
 class SchedulerActor:
     """Owns the fleet's job table; every method forwards to the core."""
 
-    def __init__(self, max_concurrency: int | None = None) -> None:
+    def __init__(self, max_concurrency: int | None = None, warm_hosts: int | None = None) -> None:
         self._max_concurrency = max_concurrency
+        self._warm = warm_hosts
         self._core: SchedulerCore | None = None
         self._nodes: list[str] = []
         self._nodes_at = 0.0
@@ -82,21 +81,24 @@ class SchedulerActor:
             self._core.cpus = int(sum(n["Resources"]["CPU"] for n in alive)) or 1
             self._core.nodes = len(alive) or 1
 
-    def _host(self, host_id: str, config: Config, sim_script: SimScript | None, control: object) -> RayHost:
+    def _host(self, host_id: str, control: object) -> RayHost:
         """Hosts go round-robin over the alive nodes with CPUs, so a batch covers every node."""
         self._refresh_nodes()
         node = self._nodes[self._next % len(self._nodes)] if self._nodes else None
         self._next += 1
-        return RayHost(host_id, config, sim_script, control, node_id=node)
+        return RayHost(host_id, control, node_id=node)
 
     def _c(self) -> SchedulerCore:
         if self._core is None:
             self._core = SchedulerCore(self._host, max_concurrency=self._max_concurrency)
             self._nodes_at = 0.0
             self._refresh_nodes()
+            # One warm host per CPU: a batch then starts without waiting for worker processes.
+            self._core.warm(self._warm if self._warm is not None else self._core.cpus)
         return self._core
 
     async def ping(self) -> str:
+        self._c()  # creating the core warms the host pool while the caller renders its batch
         return "ok"
 
     async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> dict[str, Any]:
@@ -150,8 +152,8 @@ class SchedulerActor:
         return out
 
 
-def get_or_create_scheduler(max_concurrency: int | None = None) -> Any:
+def get_or_create_scheduler(max_concurrency: int | None = None, warm_hosts: int | None = None) -> Any:
     """The fleet's scheduler actor handle, created detached on first use."""
     return SchedulerActor.options(
         name=SCHEDULER_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True
-    ).remote(max_concurrency)
+    ).remote(max_concurrency, warm_hosts)

@@ -101,15 +101,17 @@ def make_spec(**fields: Any) -> CloneSpec:
 class LocalHost:
     """An in-process clone host for :class:`~clonefleet.scheduler.SchedulerCore` tests (no Ray)."""
 
-    def __init__(self, host_id: str, config: Any, sim_script: Any = None, control: Any = None) -> None:
+    def __init__(self, host_id: str, control: Any = None) -> None:
         from ..actors._host import HostCore
 
         self.host_id = host_id
-        self.core = HostCore(config, sim_script=sim_script, control=control)
+        self.core = HostCore(control=control)
         self.closed = False
+        self.starts = 0
 
-    async def start(self, specs: Sequence[CloneSpec]) -> int:
-        self.core.start(specs)
+    async def start(self, specs: Sequence[CloneSpec], config: Any, sim_script: Any = None) -> int:
+        self.starts += 1
+        self.core.start(specs, config, sim_script)
         return len(specs)
 
     async def cancel(self, job_ids: Sequence[str]) -> list[str]:

@@ -58,9 +58,9 @@ async def test_canary_key_stays_out_of_a_failing_run(echo_server, monkeypatch, c
         },
         models={"ma": {"provider": "a", "name": "m"}, "mb": {"provider": "b", "name": "m"}},
     )
-    host = HostCore(config)
+    host = HostCore()
     try:
-        host.start([make_spec(candidates=("ma", "mb"), config=config)])
+        host.start([make_spec(candidates=("ma", "mb"), config=config)], config)
         events: list[dict] = []
         async with asyncio.timeout(20):
             while not any(e["event"]["type"] == FINAL_EVENT for e in events):

@@ -122,3 +122,36 @@ async def test_failed_run_keeps_exact_error_and_records_each_models_failure():
     assert status["error"] == "Error: subagent run failed"
     assert "sim-small" in status["detail"] and "sim-large" in status["detail"] and "401" in status["detail"]
     await core.aclose()
+
+
+async def test_warm_hosts_are_reused_across_batches_and_dead_ones_replaced():
+    from clonefleet.errors import ClusterError
+
+    made: list[LocalHost] = []
+
+    class DeadOnStart(LocalHost):
+        async def start(self, specs, config, sim_script=None):
+            raise ClusterError("gone while idle")
+
+    def factory(host_id, control):
+        host = (DeadOnStart if not made else LocalHost)(host_id, control)
+        made.append(host)
+        return host
+
+    core = SchedulerCore(factory, cpus=2)
+    core.warm(2)
+    assert len(made) == 2
+    first = core.submit(submission(core, 4))
+    assert (await core.job_block(first["job_ids"], timeout_seconds=10))["done"]
+    # The dead warm host's clones moved to one fresh host; nothing failed.
+    assert len(made) == 3 and {core.jobs[j].state for j in first["job_ids"]} == {JobState.COMPLETED}
+    for _ in range(100):
+        if len(core._idle) == 2:
+            break
+        await core.job_block(first["job_ids"], wait_seconds=0.01)
+    assert sorted(h.host_id for h in core._idle) == ["h2", "h3"]
+    second = core.submit(submission(core, 4))
+    assert (await core.job_block(second["job_ids"], timeout_seconds=10))["done"]
+    assert len(made) == 3, "the second batch ran on the warm hosts"
+    assert {core.jobs[j].host_id for j in second["job_ids"]} == {"h2", "h3"}
+    await core.aclose()
