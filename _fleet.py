@@ -65,6 +65,14 @@ class Fleet:
         self._sched = get_or_create_scheduler(cap)
         self._call("ping", timeout_s=120)
 
+    def wait_ready(self, timeout_s: float = 120.0) -> int:
+        """Wait until the scheduler's warm clone hosts are up; returns how many are.
+
+        Not needed before ``spawn`` (a batch simply starts when its hosts are up); useful to
+        keep start-up out of a measurement.
+        """
+        return self._call("warm_ready", timeout_s=timeout_s)
+
     @property
     def embedded(self) -> bool:
         return self._session.embedded
@@ -164,6 +172,10 @@ class Fleet:
         """Wait for every job (or batch id) to finish, or the time to run out."""
         return self._call("job_block", list(job_ids), wait_seconds, timeout_seconds)
 
+    def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
+        """How many of the jobs (or batches' jobs) have not ended yet."""
+        return self._call("remaining", list(ids), wait_seconds)
+
     def list_jobs(self, **filters: Any) -> dict[str, Any]:
         return self._call("list_jobs", **filters)
 
@@ -177,12 +189,11 @@ class Fleet:
     def follow(self, target: str, *, level: str = "lifecycle", wait_s: float = 0.5) -> Iterator[dict[str, Any]]:
         """Yield events of ``target`` as they come, until all its jobs have ended."""
         cursor = 0
-        ids = self.expand([target])
         while True:
             page = self.events(target, cursor=cursor, level=level, wait_s=wait_s)
             cursor = page["cursor"]
             yield from page["events"]
-            if not page["events"] and self.job_block(ids, wait_seconds=0)["done"]:
+            if not page["events"] and self.remaining([target]) == 0:
                 tail = self.events(target, cursor=cursor, level=level)
                 yield from tail["events"]
                 return

@@ -319,6 +319,7 @@ def run_clonefleet(n: int, server: Server, watch: ProcWatch, args: argparse.Name
         started = time.perf_counter()
         fleet = Fleet(config=config, cwd=cwd)
         try:
+            fleet.wait_ready()  # Ray and the warm clone hosts are start-up, reported apart
             row["ray_start_s"] = round(time.perf_counter() - started, 2)
             idle = watch.sample()
             cpu_idle = dict(watch.cpu)

@@ -110,7 +110,7 @@ class SchedulerCore:
     """Owns the job table and runs batches on clone hosts.
 
     Args:
-        host_factory: makes a host for ``(host_id, config, sim_script)``.
+        host_factory: makes a host for ``(host_id, control)``.
         max_concurrency: fleet-wide cap on running jobs (``None`` = none).
         cpus: CPUs of the cluster, for the automatic clones-per-actor choice.
         nodes: nodes of the cluster.
@@ -134,6 +134,7 @@ class SchedulerCore:
         self._running = 0
         self._log: list[tuple[frozenset[str], str, dict[str, Any]]] = []
         self._tick = asyncio.Event()
+        self._done_tick = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._host_seq = 0
         self._idle: list[HostLike] = []
@@ -218,6 +219,18 @@ class SchedulerCore:
         if host.host_id not in self._draining:
             self._draining.add(host.host_id)
             self._spawn_task(self._drain_loop(host))
+
+    async def warm_ready(self) -> int:
+        """Wait until every idle host has started (its process is up, imports done)."""
+        ready = 0
+        for host in list(self._idle):
+            if hasattr(host, "node_id"):
+                try:
+                    await host.node_id()
+                except ClusterError:
+                    continue
+            ready += 1
+        return ready
 
     def warm(self, count: int) -> None:
         """Start ``count`` idle hosts now, so the next batches skip process start-up."""
@@ -334,6 +347,8 @@ class SchedulerCore:
     def _finish(self, rec: JobRecord, result: dict[str, Any]) -> None:
         was_running = rec.state is JobState.RUNNING
         rec.finish(result)
+        done, self._done_tick = self._done_tick, asyncio.Event()
+        done.set()
         self._record(
             rec.job_id,
             {"type": "result", "ts": time.time(), "status": str(rec.state), "stop_reason": rec.stop_reason, "outcome": rec.outcome, "error": rec.error, "record": rec.run_record()},
@@ -477,21 +492,34 @@ class SchedulerCore:
     async def job_block(self, job_ids: Sequence[str], wait_seconds: float | None = None, timeout_seconds: float | None = None) -> dict[str, Any]:
         """Wait until every job is terminal or the time is up; returns current statuses."""
         ids = self.expand(job_ids)
-        limit = min(x for x in (wait_seconds, timeout_seconds, 3600.0) if x is not None)
-        deadline = time.monotonic() + limit
-        while True:
-            pending = [j for j in ids if not self.jobs[j].is_terminal]
+        await self._until_terminal(ids, min(x for x in (wait_seconds, timeout_seconds, 3600.0) if x is not None))
+        statuses = [self.jobs[j].status() for j in ids]
+        return {"done": all(s["status"] in TERMINAL for s in statuses), "jobs": statuses}
+
+    async def _until_terminal(self, ids: Sequence[str], limit_s: float) -> list[str]:
+        """Wait until none of ``ids`` is pending or ``limit_s`` passed; returns those pending.
+
+        Wakes once per batch of job endings (not per event), and re-checks only what was still
+        pending, so waiting on 10,000 jobs costs little.
+        """
+        deadline = time.monotonic() + limit_s
+        pending = [j for j in ids if not self.jobs[j].is_terminal]
+        while pending:
             left = deadline - time.monotonic()
-            if not pending or left <= 0:
+            if left <= 0:
                 break
-            tick = self._tick
+            tick = self._done_tick
             try:
                 async with asyncio.timeout(left):
                     await tick.wait()
             except TimeoutError:
-                break
-        statuses = [self.jobs[j].status() for j in ids]
-        return {"done": all(s["status"] in TERMINAL for s in statuses), "jobs": statuses}
+                pass
+            pending = [j for j in pending if not self.jobs[j].is_terminal]
+        return pending
+
+    async def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
+        """How many of ``ids`` (job or batch ids) have not ended, after waiting up to ``wait_seconds``."""
+        return len(await self._until_terminal(self.expand(ids), wait_seconds))
 
     def capacity(self) -> dict[str, Any]:
         queued = sum(len(q) for q in self._queues.values())

@@ -7,6 +7,7 @@ killing them when their clones are done.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -64,6 +65,10 @@ class SchedulerActor:
     """Owns the fleet's job table; every method forwards to the core."""
 
     def __init__(self, max_concurrency: int | None = None, warm_hosts: int | None = None) -> None:
+        # The job table and event log hold hundreds of thousands of small objects in a big batch;
+        # with the default thresholds the collector rescans them all every few thousand
+        # allocations, which showed up as pauses of a few hundred milliseconds.
+        gc.set_threshold(50_000, 20, 100)
         self._max_concurrency = max_concurrency
         self._warm = warm_hosts
         self._core: SchedulerCore | None = None
@@ -123,6 +128,12 @@ class SchedulerActor:
 
     async def job_block(self, job_ids: list[str], wait_seconds: float | None = None, timeout_seconds: float | None = None) -> dict[str, Any]:
         return await self._c().job_block(job_ids, wait_seconds, timeout_seconds)
+
+    async def warm_ready(self) -> int:
+        return await self._c().warm_ready()
+
+    async def remaining(self, ids: list[str], wait_seconds: float = 0.0) -> int:
+        return await self._c().remaining(ids, wait_seconds)
 
     async def list_jobs(self, **filters: Any) -> dict[str, Any]:
         return self._c().list_jobs(**filters)
