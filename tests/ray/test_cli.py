@@ -72,3 +72,12 @@ def test_usage_errors_exit_2_and_start_nothing(tmp_path, args, message):
     assert out.returncode == 2
     assert message in out.stderr
     assert "Ray" not in out.stderr and out.stdout == ""
+
+
+def test_run_without_json_prints_plain_progress_and_a_summary(tmp_path):
+    out = clonefleet("run", "researcher", "--prompt", "look around", "--count", "2", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "clonefleet: 2/2 done" in out.stderr  # not a terminal: plain progress lines
+    assert "exec: progress " in out.stderr
+    assert "2 completed" in out.stdout
+    assert out.stdout.count("sa_") == 2
