@@ -146,7 +146,15 @@ def cmd_run(args: argparse.Namespace) -> int:
             out = {"batch_id": batch.batch_id, "job_ids": list(batch.job_ids)}
             print(json.dumps(out) if args.json else f"batch {batch.batch_id}: " + " ".join(batch.job_ids))
             return EXIT_OK
-        records = _watch(fleet, batch, as_json=args.json)
+        try:
+            records = _watch(fleet, batch, as_json=args.json)
+        except KeyboardInterrupt:
+            if fleet.embedded:
+                print("clonefleet: interrupted; the embedded cluster stops, and its jobs with it", file=sys.stderr)
+            else:
+                print(f"clonefleet: interrupted; batch {batch.batch_id} keeps running on the cluster "
+                      f"(`clonefleet jobs cancel {batch.batch_id}` stops it)", file=sys.stderr)
+            return 130
     finally:
         fleet.close()
     if not args.json:
@@ -273,10 +281,14 @@ def cmd_agents(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table()
-    for col in ("name", "dialect", "description", "path"):
-        table.add_column(col)
+    table.add_column("name", no_wrap=True)
+    table.add_column("dialect", no_wrap=True)
+    table.add_column("path / shadows", overflow="fold", min_width=40)
+    table.add_column("description", overflow="ellipsis", no_wrap=True, max_width=30)
     for a in report["agents"]:
-        table.add_row(a["name"], a["dialect"], a["description"][:60], a["path"] or "(shipped)")
+        where = a["path"] or "(in code or config)"
+        where += "".join(f"\n  shadows {p}" for p in a["shadows"])
+        table.add_row(a["name"], a["dialect"], where, a["description"])
     Console().print(table)
     return EXIT_OK
 
