@@ -18,9 +18,98 @@ from .actors._sim import SimScript
 from .cluster import ClusterConfig, ClusterSession, resolve_address
 from .cluster._runtime import remote_runtime_env
 from .config import Config, load_config
-from .errors import ClonefleetError, ClusterError
+from .errors import ClonefleetError, ClusterError, IdCollision
+from .scheduler import BatchRequest, BatchSubmission, check_count, plan_specs
+from .scheduler._state import new_batch_id, new_job_id
 
-__all__ = ["Batch", "Fleet"]
+__all__ = ["Batch", "BatchPlan", "Fleet", "plan_batch"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchPlan:
+    """A validated, fully rendered batch that has not started (made without Ray)."""
+
+    submission: BatchSubmission
+    request: BatchRequest
+    caller_cwd: Path
+
+    @property
+    def job_ids(self) -> tuple[str, ...]:
+        return tuple(s.job_id for s in self.submission.specs)
+
+    def redraw(self) -> BatchPlan:
+        """The same batch rendered again with newly drawn ids."""
+        return _plan(self.request, self.submission.config, self.caller_cwd)
+
+
+def plan_batch(
+    agent: str,
+    prompt: str,
+    count: int = 1,
+    *,
+    config: Config,
+    caller_cwd: Path,
+    model: str | None = None,
+    cwd: str | None = None,
+    approve_chdir: bool = False,
+    variables: Mapping[str, str] | None = None,
+    subagents_dirs: Sequence[str] = (),
+    sim_script: SimScript | str | None = None,
+    clones_per_actor: int | None = None,
+    max_concurrency: int | None = None,
+) -> BatchPlan:
+    """Check and render a whole batch on this machine, before any cluster is involved.
+
+    Ids are drawn here (``sa_`` + 8 hex); the scheduler refuses any already in use and
+    :meth:`Fleet.submit` then draws again, so a usage or template error never costs a Ray start.
+
+    Raises:
+        UsageError: bad count, cwd or model.
+        DefinitionError: unknown or invalid agent, render failure.
+        ConfigError: unreadable simulation script.
+    """
+    script = SimScript.load(sim_script) if isinstance(sim_script, str) else sim_script
+    req = BatchRequest(
+        agent=agent,
+        prompt=prompt,
+        count=count,
+        model=model,
+        cwd=cwd,
+        approve_chdir=approve_chdir,
+        variables=dict(variables or {}),
+        subagents_dirs=tuple(str(Path(d).resolve()) for d in subagents_dirs),
+        sim_script=script,
+        clones_per_actor=clones_per_actor or config.limits.clones_per_actor,
+        max_concurrency=max_concurrency,
+    )
+    return _plan(req, config, Path(caller_cwd).resolve())
+
+
+def _plan(req: BatchRequest, config: Config, caller_cwd: Path) -> BatchPlan:
+    from .definitions import load_catalog, load_skills
+
+    count = check_count(req.count, config)
+    catalog = load_catalog(caller_cwd, [Path(d) for d in req.subagents_dirs], config)
+    catalog.get(req.agent)
+    skills = load_skills(caller_cwd, (), config)
+    batch_id = new_batch_id()
+    job_ids = list(dict.fromkeys(new_job_id() for _ in range(count)))
+    while len(job_ids) < count:
+        job_ids = list(dict.fromkeys([*job_ids, new_job_id()]))
+    specs = plan_specs(req, catalog, config, batch_id=batch_id, job_ids=job_ids, caller_cwd=caller_cwd, skills=skills)
+    sub = BatchSubmission(
+        batch_id=batch_id,
+        specs=specs,
+        config=config,
+        sim_script=req.sim_script,
+        clones_per_actor=req.clones_per_actor,
+        max_concurrency=req.max_concurrency,
+        subagents_dirs=req.subagents_dirs,
+        project_path=str(caller_cwd),
+        catalog=catalog,
+        skills=skills,
+    )
+    return BatchPlan(submission=sub, request=req, caller_cwd=caller_cwd)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,66 +184,29 @@ class Fleet:
             ) from None
 
     # -- batches -------------------------------------------------------------------------
-    def spawn(
-        self,
-        agent: str,
-        prompt: str,
-        count: int = 1,
-        *,
-        model: str | None = None,
-        cwd: str | None = None,
-        approve_chdir: bool = False,
-        variables: Mapping[str, str] | None = None,
-        subagents_dirs: Sequence[str] = (),
-        sim_script: SimScript | str | None = None,
-        clones_per_actor: int | None = None,
-        max_concurrency: int | None = None,
-    ) -> Batch:
+    def spawn(self, agent: str, prompt: str, count: int = 1, **options: Any) -> Batch:
         """Validate, render and start a counted batch of ``count`` clones of ``agent``.
 
-        Nothing starts unless every clone rendered.
+        Nothing starts unless every clone rendered. ``options`` are those of :func:`plan_batch`
+        (``model``, ``cwd``, ``approve_chdir``, ``variables``, ``subagents_dirs``,
+        ``sim_script``, ``clones_per_actor``, ``max_concurrency``).
 
         Raises:
             UsageError: bad count, cwd or model.
             DefinitionError: unknown or invalid agent, render failure.
         """
-        from .definitions import load_catalog, load_skills
-        from .scheduler import BatchRequest, BatchSubmission, check_count, plan_specs
+        return self.submit(plan_batch(agent, prompt, count, config=self.config, caller_cwd=self.cwd, **options))
 
-        check_count(count, self.config)
-        script = SimScript.load(sim_script) if isinstance(sim_script, str) else sim_script
-        req = BatchRequest(
-            agent=agent,
-            prompt=prompt,
-            count=count,
-            model=model,
-            cwd=cwd,
-            approve_chdir=approve_chdir,
-            variables=dict(variables or {}),
-            subagents_dirs=tuple(subagents_dirs),
-            sim_script=script,
-            clones_per_actor=clones_per_actor,
-            max_concurrency=max_concurrency,
-        )
-        catalog = load_catalog(self.cwd, [Path(d) for d in subagents_dirs], self.config)
-        skills = load_skills(self.cwd, (), self.config)
-        catalog.get(agent)  # unknown agent: fail before reserving anything
-        batch_id, job_ids = self._call("reserve_ids", count)
-        specs = plan_specs(req, catalog, self.config, batch_id=batch_id, job_ids=job_ids, caller_cwd=self.cwd, skills=skills)
-        sub = BatchSubmission(
-            batch_id=batch_id,
-            specs=specs,
-            config=self.config,
-            sim_script=script,
-            clones_per_actor=clones_per_actor or self.config.limits.clones_per_actor,
-            max_concurrency=max_concurrency,
-            subagents_dirs=tuple(str(Path(d).resolve()) for d in subagents_dirs),
-            project_path=str(self.cwd),
-            catalog=catalog,
-            skills=skills,
-        )
-        out = self._call("submit", sub)
-        return Batch(batch_id=out["batch_id"], job_ids=tuple(out["job_ids"]))
+    def submit(self, plan: BatchPlan) -> Batch:
+        """Start a batch planned with :func:`plan_batch` (drawing new ids if one is taken)."""
+        for _ in range(5):
+            try:
+                out = self._call("submit", plan.submission)
+            except IdCollision:
+                plan = plan.redraw()
+                continue
+            return Batch(batch_id=out["batch_id"], job_ids=tuple(out["job_ids"]))
+        raise ClusterError("could not draw unused job ids in 5 tries")
 
     # -- job control ---------------------------------------------------------------------
     def job_status(self, job_id: str) -> dict[str, Any]:

@@ -103,45 +103,36 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # -- run ---------------------------------------------------------------------------------
-def _preflight(args: argparse.Namespace) -> Any:
-    """Check config, definition and count before Ray starts: usage errors start nothing."""
-    from .actors import SimScript
-    from .config import load_config
-    from .definitions import load_catalog
-    from .scheduler import check_count
-
-    config = load_config(args.config)
-    check_count(args.count, config)
-    catalog = load_catalog(Path.cwd(), [Path(d) for d in args.subagents_dir], config)
-    catalog.get(args.agent)
-    script = SimScript.load(args.sim_script) if args.sim_script else None
-    return config, script
-
-
 def cmd_run(args: argparse.Namespace) -> int:
-    config, script = _preflight(args)
-    from ._fleet import Fleet
+    from ._fleet import Fleet, plan_batch
     from .cluster import resolve_address
+    from .config import load_config
 
+    # Everything that can be wrong with the request is found here, before Ray starts: config,
+    # count, definition, cwd, model, and the rendering of every clone.
+    config = load_config(args.config)
+    plan = plan_batch(
+        args.agent,
+        args.prompt,
+        args.count,
+        config=config,
+        caller_cwd=Path.cwd(),
+        model=args.model,
+        cwd=args.cwd,
+        approve_chdir=args.allow_chdir,
+        variables=dict(args.var),
+        subagents_dirs=args.subagents_dir,
+        sim_script=args.sim_script,
+        clones_per_actor=args.clones_per_actor,
+        max_concurrency=args.max_concurrency,
+    )
     address = resolve_address(args.address)
     if args.detach and address is None:
         raise UsageError("--detach needs a persistent cluster: run `clonefleet cluster up` and pass --address auto")
     started = time.monotonic()
-    fleet = Fleet(address, config=config, max_concurrency=None)
+    fleet = Fleet(address, config=config)
     try:
-        batch = fleet.spawn(
-            args.agent,
-            args.prompt,
-            args.count,
-            model=args.model,
-            cwd=args.cwd,
-            approve_chdir=args.allow_chdir,
-            variables=dict(args.var),
-            subagents_dirs=args.subagents_dir,
-            sim_script=script,
-            clones_per_actor=args.clones_per_actor,
-            max_concurrency=args.max_concurrency,
-        )
+        batch = fleet.submit(plan)
         if args.detach:
             out = {"batch_id": batch.batch_id, "job_ids": list(batch.job_ids)}
             print(json.dumps(out) if args.json else f"batch {batch.batch_id}: " + " ".join(batch.job_ids))

@@ -36,6 +36,7 @@ __all__ = [
     "ClusterError",
     "ConfigError",
     "DefinitionError",
+    "IdCollision",
     "InboxBroken",
     "InboxClosed",
     "InboxEmpty",
@@ -72,6 +73,17 @@ class UnknownJobError(UsageError):
 
     def __reduce__(self):  # type: ignore[override]
         return type(self), (self.job_id,)
+
+
+class IdCollision(UsageError):
+    """A batch or job id drawn by the client is already in use in the fleet; draw new ids."""
+
+    def __init__(self, ident: str) -> None:
+        super().__init__(f"id {ident} is already in use in this fleet; submit again with new ids")
+        self.ident = ident
+
+    def __reduce__(self):  # type: ignore[override]
+        return type(self), (self.ident,)
 
 
 class DefinitionError(ClonefleetError):

@@ -23,7 +23,7 @@ from ..actors._sim import SimScript
 from ..actors._spec import CloneSpec
 from ..config import Config
 from ..definitions import Catalog, SkillCatalog
-from ..errors import ClusterError, UnknownJobError, UsageError
+from ..errors import ClusterError, IdCollision, UnknownJobError, UsageError
 from ._state import TERMINAL, JobRecord, JobState, display_name, new_batch_id, new_job_id
 
 __all__ = ["BatchSubmission", "HostFactory", "HostLike", "LEVELS", "SchedulerCore", "choose_clones_per_actor"]
@@ -120,7 +120,8 @@ class SchedulerCore:
         self._factory = host_factory
         self.max_concurrency, self.cpus, self.nodes = max_concurrency, cpus, nodes
         self.jobs: dict[str, JobRecord] = {}
-        self._reserved_ids: set[str] = set()
+        self._reserved_ids: dict[str, str] = {}
+        """Job ids handed out by :meth:`reserve_ids` but not yet submitted, to their batch id."""
         self._specs: dict[str, CloneSpec] = {}
         self._job_host: dict[str, HostLike] = {}
         self._host_jobs: dict[str, set[str]] = {}
@@ -153,28 +154,39 @@ class SchedulerCore:
         while len(ids) < count:
             job_id = new_job_id()
             if job_id not in self.jobs and job_id not in self._reserved_ids:
-                self._reserved_ids.add(job_id)
+                self._reserved_ids[job_id] = batch_id
                 ids.append(job_id)
         return batch_id, ids
 
     def submit(self, sub: BatchSubmission) -> dict[str, Any]:
         """Record every job of the batch as ``reserved``, assign hosts and start what the caps allow.
 
+        Ids may come from :meth:`reserve_ids` or be drawn by the client (which renders before it
+        reaches the cluster); either way none may be in use already.
+
         Raises:
-            UsageError: empty batch, or ids that were not reserved / already used.
+            UsageError: an empty batch.
+            IdCollision: the batch id or a job id is already in use.
         """
         if not sub.specs:
             raise UsageError("a batch needs at least one clone")
+        if sub.batch_id in self._batches:
+            raise IdCollision(sub.batch_id)
+        seen: set[str] = set()
         for spec in sub.specs:
-            if spec.job_id in self.jobs or spec.job_id not in self._reserved_ids:
-                raise UsageError(f"job id {spec.job_id} was not reserved by this scheduler")
+            if spec.job_id in seen:
+                raise IdCollision(spec.job_id)
+            seen.add(spec.job_id)
+        for spec in sub.specs:
+            if spec.job_id in self.jobs or self._reserved_ids.get(spec.job_id, sub.batch_id) != sub.batch_id:
+                raise IdCollision(spec.job_id)
         self._batches[sub.batch_id] = [s.job_id for s in sub.specs]
         self._batch_meta[sub.batch_id] = replace(sub, specs=())
         self._batch_cap[sub.batch_id] = sub.max_concurrency
         self._batch_running[sub.batch_id] = 0
         self._queues[sub.batch_id] = deque()
         for spec in sub.specs:
-            self._reserved_ids.discard(spec.job_id)
+            self._reserved_ids.pop(spec.job_id, None)
             rec = JobRecord(
                 job_id=spec.job_id,
                 batch_id=spec.batch_id,
@@ -438,7 +450,8 @@ class SchedulerCore:
                 caller_cwd=Path(parent_spec.cwd), caller_tools=parent_spec.tools, skills=meta.skills,
             )
         except Exception:
-            self._reserved_ids.difference_update(job_ids)
+            for job_id in job_ids:
+                self._reserved_ids.pop(job_id, None)
             raise
         sub = replace(meta, batch_id=batch_id, specs=specs, clones_per_actor=None, max_concurrency=None)
         return self.submit(sub)

@@ -65,6 +65,10 @@ def test_run_exits_1_when_a_job_fails(tmp_path):
         (["run", "general-purpose", "--prompt", "x", "--count", "0"], "at least 1"),
         (["run", "general-purpose", "--prompt", "x", "--count", "2.5"], "whole number"),
         (["run", "general-purpose", "--prompt", "x", "--count", "100001"], "max_count"),
+        (["run", "general-purpose", "--prompt", "{{ nope }}", "--count", "3"], "'nope' is undefined"),
+        (["run", "general-purpose", "--prompt", "{{ ''.__class__ }}"], "__class__"),
+        (["run", "general-purpose", "--prompt", "x", "--cwd", "/"], "--allow-chdir"),
+        (["run", "general-purpose", "--prompt", "x", "--model", "no-such-model"], "no-such-model"),
     ],
 )
 def test_usage_errors_exit_2_and_start_nothing(tmp_path, args, message):

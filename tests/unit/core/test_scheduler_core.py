@@ -65,14 +65,30 @@ async def test_job_result_while_running_is_a_usage_error_and_cancel_is_idempoten
     await core.aclose()
 
 
-async def test_unknown_ids_and_unreserved_submissions_are_refused():
+async def test_unknown_ids_are_refused_and_ids_in_use_collide():
+    from dataclasses import replace
+
+    from clonefleet.errors import IdCollision
+
     core = SchedulerCore(LocalHost)
     with pytest.raises(UnknownJobError):
         core.job_status("sa_00000000")
-    sub = submission(core, 1)
+    sub = submission(core, 2)
     core.submit(sub)
-    with pytest.raises(UsageError):
-        core.submit(sub)
+    with pytest.raises(IdCollision):
+        core.submit(sub)  # same batch id again
+    reused = replace(sub, batch_id="b_other", specs=(replace(sub.specs[0], batch_id="b_other"),))
+    with pytest.raises(IdCollision) as info:
+        core.submit(reused)  # a job id already in the table
+    assert info.value.ident == sub.specs[0].job_id
+    doubled = replace(sub, batch_id="b_twice", specs=(replace(sub.specs[0], job_id="sa_99999999", batch_id="b_twice"),) * 2)
+    with pytest.raises(IdCollision):
+        core.submit(doubled)
+    batch_id, ids = core.reserve_ids(1)
+    foreign = replace(sub, batch_id="b_thief", specs=(replace(sub.specs[0], job_id=ids[0], batch_id="b_thief"),))
+    with pytest.raises(IdCollision):
+        core.submit(foreign)  # reserved for another batch
+    await core.aclose()
 
 
 def test_transition_table_is_exhaustive_and_terminal_states_are_final():
