@@ -31,6 +31,12 @@ def test_killed_host_ends_its_jobs_failed_abnormal_with_one_terminal_event(fleet
     script.write_text("default:\n  - {hang: true}\n")
     batch = fleet.spawn("general-purpose", "hang", count=2, clones_per_actor=1, sim_script=str(script))
     victim, survivor = batch.job_ids
+    # Kill only once the clone runs in its host (a host that dies before its clones start is
+    # replaced, and they start elsewhere).
+    for _ in range(600):
+        if any(e["event"]["type"] == "started" for e in fleet.events(victim)["events"]):
+            break
+        fleet.events(victim, wait_s=0.05)
     killed = ray.get(fleet._sched.kill_host_of.remote(victim))
     assert killed
     assert fleet.job_block([victim], timeout_seconds=30)["done"]
