@@ -13,9 +13,16 @@ from typing import Any
 
 from .errors import UsageError
 
-__all__ = ["add_control_parsers", "connect", "CONTROL_HANDLERS"]
+__all__ = ["add_control_parsers", "connect", "make_console", "CONTROL_HANDLERS"]
 
 EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def make_console() -> Any:
+    """A rich console; piped output gets a fixed wide width instead of 80 squeezed columns."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=160)
 
 
 def _address_arg(p: argparse.ArgumentParser) -> None:
@@ -91,7 +98,6 @@ def _jobs_list(fleet: Any, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(listing, default=str))
         return EXIT_OK
-    from rich.console import Console
     from rich.table import Table
 
     table = Table()
@@ -101,7 +107,7 @@ def _jobs_list(fleet: Any, args: argparse.Namespace) -> int:
         progress = (j["progress"] or {}).get("summary", "") if isinstance(j["progress"], dict) else ""
         table.add_row(j["job_id"], j["batch_id"], j["agent"], str(j["clone_index"]), j["status"], str(j["outcome"] or ""), str(j["model"]), str(j["parent"] or ""), progress[:40])
     cap = listing["capacity"]
-    console = Console()
+    console = make_console()
     console.print(table)
     console.print(f"slots in use: {cap['running']} of {cap['max_concurrency'] or 'unlimited'}; queued: {cap['queued']}")
     return EXIT_OK

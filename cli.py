@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from ._cli_control import CONTROL_HANDLERS, add_control_parsers
+from ._cli_control import CONTROL_HANDLERS, add_control_parsers, make_console
 from .errors import ClonefleetError, ConfigError, DefinitionError, UsageError
 
 __all__ = ["main"]
@@ -221,13 +221,12 @@ def _watch(fleet: Any, batch: Any, *, as_json: bool) -> list[dict[str, Any]]:
 
 
 def _summary(records: list[dict[str, Any]], elapsed_s: float) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"{len(records)} jobs in {elapsed_s:.1f}s")
     for col in ("job", "clone", "status", "outcome", "model", "turns"):
         table.add_column(col, no_wrap=True)
-    table.add_column("result / error", no_wrap=True, overflow="ellipsis", ratio=1)
+    table.add_column("result / error", no_wrap=True, overflow="ellipsis", max_width=80)
     shown = records if len(records) <= 50 else records[:25] + records[-25:]
     for r in shown:
         result = r["error"] or (r["result"].get("summary") if isinstance(r["result"], dict) else r["result"])
@@ -235,7 +234,7 @@ def _summary(records: list[dict[str, Any]], elapsed_s: float) -> None:
     counts: dict[str, int] = {}
     for r in records:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-    console = Console()
+    console = make_console()
     console.print(table)
     console.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs")
 
@@ -268,7 +267,6 @@ def cmd_agents(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return EXIT_OK
-    from rich.console import Console
     from rich.table import Table
 
     table = Table()
@@ -280,7 +278,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
         where = a["path"] or "(in code or config)"
         where += "".join(f"\n  shadows {p}" for p in a["shadows"])
         table.add_row(a["name"], a["dialect"], where, a["description"])
-    Console().print(table)
+    make_console().print(table)
     return EXIT_OK
 
 
