@@ -131,9 +131,10 @@ def _jobs_result(fleet: Any, args: argparse.Namespace) -> int:
 
 
 def _jobs_cancel(fleet: Any, args: argparse.Namespace) -> int:
-    for job_id in fleet.expand(args.ids):
-        s = fleet.job_cancel(job_id)
-        _print({"job_id": job_id, "status": s["status"]}, args.json, f"{job_id}: cancel requested ({s['status']})")
+    ids = fleet.expand(args.ids)
+    running = fleet.cancel(args.ids)
+    _print({"jobs": len(ids), "running_cancelled": running}, args.json,
+           f"cancel requested for {len(ids)} job(s) and their descendants ({running} were running)")
     return EXIT_OK
 
 

@@ -220,6 +220,11 @@ class Fleet:
         """Cancel a job and its descendants (idempotent)."""
         return self._call("job_cancel", job_id)
 
+    def cancel(self, ids: Sequence[str]) -> int:
+        """Cancel jobs or whole batches (and descendants) in one call; returns how many were
+        still running (queued ones end at once)."""
+        return self._call("cancel_many", list(ids))
+
     def job_block(self, job_ids: Sequence[str], wait_seconds: float | None = None, timeout_seconds: float | None = None) -> dict[str, Any]:
         """Wait for every job (or batch id) to finish, or the time to run out."""
         return self._call("job_block", list(job_ids), wait_seconds, timeout_seconds)

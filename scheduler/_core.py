@@ -490,17 +490,36 @@ class SchedulerCore:
     async def job_cancel(self, job_id: str) -> dict[str, Any]:
         """Cancel a job and its descendants; idempotent. Returns the job's status."""
         rec = self._get(job_id)
-        for child in self._children.get(job_id, []):
-            await self.job_cancel(child)
-        if rec.state is JobState.RESERVED:
-            self._finish(rec, {"status": "cancelled", "stop_reason": "cancelled", "outcome": "cancelled", "error": "Error: subagent run was cancelled"})
-        elif rec.state is JobState.RUNNING:
-            host = self._job_host[job_id]
-            try:
-                await host.cancel([job_id])
-            except ClusterError as exc:
-                self._crash(job_id, str(exc))
+        await self.cancel_many([job_id])
         return rec.status()
+
+    async def cancel_many(self, ids: Sequence[str]) -> int:
+        """Cancel jobs (or batches' jobs) and all their descendants with one call per host.
+
+        Queued jobs end ``cancelled`` at once; running ones are cancelled in their hosts and end
+        when their clones have stopped. Idempotent. Returns how many jobs were still unfinished.
+        """
+        todo, seen = list(self.expand(ids)), set()
+        per_host: dict[str, tuple[HostLike, list[str]]] = {}
+        while todo:
+            job_id = todo.pop()
+            if job_id in seen:
+                continue
+            seen.add(job_id)
+            todo.extend(self._children.get(job_id, []))
+            rec = self.jobs[job_id]
+            if rec.state is JobState.RESERVED:
+                self._finish(rec, {"status": "cancelled", "stop_reason": "cancelled", "outcome": "cancelled", "error": "Error: subagent run was cancelled"})
+            elif rec.state is JobState.RUNNING:
+                host = self._job_host[job_id]
+                per_host.setdefault(host.host_id, (host, []))[1].append(job_id)
+        for host, job_ids in per_host.values():
+            try:
+                await host.cancel(job_ids)
+            except ClusterError as exc:
+                for job_id in job_ids:
+                    self._crash(job_id, str(exc))
+        return sum(len(j) for _, j in per_host.values())
 
     async def job_block(self, job_ids: Sequence[str], wait_seconds: float | None = None, timeout_seconds: float | None = None) -> dict[str, Any]:
         """Wait until every job is terminal or the time is up; returns current statuses."""

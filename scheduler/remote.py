@@ -126,6 +126,9 @@ class SchedulerActor:
     async def job_cancel(self, job_id: str) -> dict[str, Any]:
         return await self._c().job_cancel(job_id)
 
+    async def cancel_many(self, ids: list[str]) -> int:
+        return await self._c().cancel_many(ids)
+
     async def job_block(self, job_ids: list[str], wait_seconds: float | None = None, timeout_seconds: float | None = None) -> dict[str, Any]:
         return await self._c().job_block(job_ids, wait_seconds, timeout_seconds)
 

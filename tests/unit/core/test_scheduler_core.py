@@ -171,3 +171,24 @@ async def test_warm_hosts_are_reused_across_batches_and_dead_ones_replaced():
     assert len(made) == 3, "the second batch ran on the warm hosts"
     assert {core.jobs[j].host_id for j in second["job_ids"]} == {"h2", "h3"}
     await core.aclose()
+
+
+async def test_cancelling_a_batch_ends_queued_jobs_at_once_and_calls_each_host_once():
+    calls: list[tuple[str, int]] = []
+
+    class CountingHost(LocalHost):
+        async def cancel(self, job_ids):
+            calls.append((self.host_id, len(job_ids)))
+            return await super().cancel(job_ids)
+
+    core = SchedulerCore(CountingHost)
+    script = SimScript.from_data({"default": [{"hang": True}]})
+    out = core.submit(submission(core, 10, script=script, cap=6, per=5))
+    assert core.capacity() == {"running": 6, "max_concurrency": None, "queued": 4}
+    running = await core.cancel_many([out["batch_id"]])
+    assert running == 6
+    assert sorted(calls) == [("h1", 5), ("h2", 1)]
+    assert (await core.job_block(out["job_ids"], timeout_seconds=10))["done"]
+    assert {core.jobs[j].state for j in out["job_ids"]} == {JobState.CANCELLED}
+    assert await core.cancel_many([out["batch_id"]]) == 0  # idempotent
+    await core.aclose()
