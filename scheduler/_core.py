@@ -140,6 +140,8 @@ class SchedulerCore:
         self._host_seq = 0
         self._idle: list[HostLike] = []
         self._draining: set[str] = set()
+        self._host_open: dict[str, int] = {}
+        """Unfinished jobs per host: its drain loop runs while this is above zero."""
         self._dead: set[str] = set()
         self.warm_hosts = 0
         """Idle hosts kept for the next batches (``warm`` sets it)."""
@@ -225,6 +227,9 @@ class SchedulerCore:
     def _bind(self, host: HostLike, job_ids: Sequence[str]) -> None:
         jobs = self._host_jobs.setdefault(host.host_id, set())
         jobs.update(job_ids)
+        self._host_open[host.host_id] = self._host_open.get(host.host_id, 0) + sum(
+            1 for j in job_ids if not self.jobs[j].is_terminal
+        )
         for job_id in job_ids:
             self._job_host[job_id] = host
             self.jobs[job_id].host_id = host.host_id
@@ -276,6 +281,8 @@ class SchedulerCore:
                 host = self._job_host[job_id]
                 starts.setdefault((host.host_id, batch_id), (host, batch_id, []))[2].append(self._specs[job_id])
                 progressed = True
+        for batch_id in [b for b, q in self._queues.items() if not q]:
+            del self._queues[batch_id]  # a batch never queues again once its queue is empty
         for host, batch_id, specs in starts.values():
             self._spawn_task(self._start_on(host, specs, self._batch_meta[batch_id]))
 
@@ -289,8 +296,9 @@ class SchedulerCore:
             if retry:
                 # A warm host that died while idle: move its new clones to a fresh host, once.
                 fresh = self._new_host()
-                ids = [s.job_id for s in specs]
+                ids = [s.job_id for s in specs if not self.jobs[s.job_id].is_terminal]
                 self._host_jobs[host.host_id].difference_update(ids)
+                self._host_open[host.host_id] -= len(ids)
                 self._bind(fresh, ids)
                 await self._start_on(fresh, specs, meta, retry=False)
                 return
@@ -313,7 +321,7 @@ class SchedulerCore:
         jobs = self._host_jobs[host.host_id]
         healthy = True
         try:
-            while any(not self.jobs[j].is_terminal for j in jobs):
+            while self._host_open.get(host.host_id, 0) > 0:
                 try:
                     batch = await host.drain(1.0)
                 except ClusterError as exc:
@@ -326,6 +334,7 @@ class SchedulerCore:
         finally:
             self._draining.discard(host.host_id)
             jobs.clear()
+            self._host_open[host.host_id] = 0
             if healthy and host.host_id not in self._dead and len(self._idle) < self.warm_hosts:
                 self._idle.append(host)
             else:
@@ -359,6 +368,8 @@ class SchedulerCore:
     def _finish(self, rec: JobRecord, result: dict[str, Any]) -> None:
         was_running = rec.state is JobState.RUNNING
         rec.finish(result)
+        if rec.host_id in self._host_open and rec.job_id in self._host_jobs.get(rec.host_id, ()):
+            self._host_open[rec.host_id] -= 1
         done, self._done_tick = self._done_tick, asyncio.Event()
         done.set()
         self._record(
