@@ -116,6 +116,8 @@ def _cached_validator(canonical: str) -> jsonschema.Draft202012Validator:
 
 def _problem(validator: jsonschema.Draft202012Validator, payload: Any) -> str | None:
     try:
+        if validator.is_valid(payload):  # the common case, without collecting errors
+            return None
         error = jsonschema.exceptions.best_match(validator.iter_errors(payload))
     except referencing.exceptions.Unresolvable as exc:
         raise _Unusable(f"exit_tool_schema has a $ref that does not resolve inside the schema ({exc}); refs are never fetched") from None

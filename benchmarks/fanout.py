@@ -214,13 +214,13 @@ class ProcWatch:
             todo.extend(children.get(pid, ()))
         return out
 
-    def sample(self) -> Sample:
+    def sample(self, with_pss: bool = True) -> Sample:
         snap = Sample()
         ticks = os.sysconf("SC_CLK_TCK")
         for pid in self.pids():
             try:
                 rss = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
-                pss = _pss(pid)
+                pss = _pss(pid) if with_pss else 0
                 kind = _kind(Path(f"/proc/{pid}/cmdline").read_bytes(), pid)
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             except (OSError, ValueError, IndexError):
@@ -241,8 +241,10 @@ class ProcWatch:
         self._thread.start()
 
     def _run(self) -> None:
+        # Periodic samples read RSS only: reading smaps_rollup of every Ray process is costly
+        # enough to slow the run it measures on 2 cores. PSS comes from the closing sample.
         while not self._stop.is_set():
-            snap = self.sample()
+            snap = self.sample(with_pss=False)
             if snap.rss > self.peak.rss:
                 self.peak = snap
             self._stop.wait(self.interval_s)
@@ -254,6 +256,8 @@ class ProcWatch:
         snap = self.sample()
         if snap.rss > self.peak.rss:
             self.peak = snap
+        else:
+            self.peak.pss = snap.pss
         return self.peak
 
     def cpu_by_kind(self, before: dict[int, tuple[str, float]]) -> dict[str, float]:
