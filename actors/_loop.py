@@ -109,7 +109,7 @@ class Clone:
         # name -> (description, body) of the skills the clone may load with the `skill` tool,
         # already filtered by the definition's own skills_allow/skills_deny.
         self.skill_catalog: dict[str, tuple[str, str]] = {
-            name: (desc, body) for name, desc, body in getattr(spec, "available_skills", ())
+            name: (desc, body) for name, desc, body in spec.available_skills
         }
         self._loaded_skills: dict[str, str] = {}
         self._summary: list[str] = []
