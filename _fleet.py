@@ -93,9 +93,10 @@ def _plan(req: BatchRequest, config: Config, caller_cwd: Path) -> BatchPlan:
     catalog.get(req.agent)
     skills = load_skills(caller_cwd, (), config)
     batch_id = new_batch_id()
-    job_ids = list(dict.fromkeys(new_job_id() for _ in range(count)))
-    while len(job_ids) < count:
-        job_ids = list(dict.fromkeys([*job_ids, new_job_id()]))
+    drawn: set[str] = set()
+    while len(drawn) < count:
+        drawn.add(new_job_id())
+    job_ids = sorted(drawn)
     specs = plan_specs(req, catalog, config, batch_id=batch_id, job_ids=job_ids, caller_cwd=caller_cwd, skills=skills)
     sub = BatchSubmission(
         batch_id=batch_id,

@@ -150,8 +150,8 @@ class Config(BaseModel):
     def resolve_model(self, name: str) -> tuple[str, ModelConfig, ProviderConfig]:
         """Resolve a model or alias name to ``(model key, model, provider)``.
 
-        Unknown names fall back to the default provider with the name as wire name only when
-        that provider is the simulated one; otherwise they raise ``ConfigError``.
+        Raises:
+            ConfigError: the name is neither a model nor an alias of one.
         """
         seen: set[str] = set()
         key = name
@@ -163,19 +163,19 @@ class Config(BaseModel):
             return key, model, self.providers[model.provider]
         raise ConfigError(f"unknown model {name!r}; known: {', '.join(sorted(self.models))}", self.path, "models")
 
-    def model_candidates(self, spec: str | None) -> tuple[tuple[str, ...], bool]:
-        """Turn a definition's ``model`` into ``(candidates, is_group)``.
+    def model_candidates(self, spec: str | None) -> tuple[str, ...]:
+        """Turn a definition's ``model`` into its candidate model names, in failover order.
 
         ``None`` and ``inherit`` mean the ``default`` group; ``@mg:NAME`` names a group.
         """
         if spec is None or spec == "inherit":
-            return self.model_groups["default"], True
+            return self.model_groups["default"]
         if spec.startswith("@mg:"):
             group = spec[4:]
             if group not in self.model_groups:
                 raise ConfigError(f"unknown model group {group!r}; known: {', '.join(sorted(self.model_groups))}", self.path, "model_groups")
-            return self.model_groups[group], True
-        return (spec,), False
+            return self.model_groups[group]
+        return (spec,)
 
 
 def find_config_path(explicit: str | os.PathLike[str] | None = None, cwd: Path | None = None) -> Path | None:

@@ -36,7 +36,8 @@ class HostCore:
 
     Args:
         control: job control for clones whose definition allows spawning subagents.
-        max_buffer: events kept before the oldest non-final ones are dropped (``dropped`` counts).
+        max_buffer: events held between drains; past it, new non-final events are dropped and
+            counted in ``dropped`` (a job's final event is never dropped).
     """
 
     def __init__(self, *, control: JobControl | None = None, max_buffer: int = 200_000) -> None:
@@ -49,7 +50,6 @@ class HostCore:
         self._max_buffer = max_buffer
         self.dropped = 0
         self._cancelled_early: set[str] = set()
-        self.started_at: dict[str, float] = {}
 
     def _push(self, job_id: str, event: dict[str, Any]) -> None:
         if len(self._events) >= self._max_buffer and event["type"] != FINAL_EVENT:
@@ -76,7 +76,6 @@ class HostCore:
                 # The cancel overtook the start (calls to an async actor are not ordered).
                 self._push(spec.job_id, {"type": FINAL_EVENT, "ts": time.time(), "result": _cancelled(spec).to_json()})
                 continue
-            self.started_at[spec.job_id] = time.time()
             self._tasks[spec.job_id] = asyncio.get_running_loop().create_task(self._run(spec, pool), name=spec.job_id)
 
     async def _run(self, spec: CloneSpec, pool: ProviderPool) -> RunResult:
@@ -130,10 +129,6 @@ class HostCore:
         if not self._events:
             self._wakeup.clear()
         return out
-
-    @property
-    def running(self) -> int:
-        return sum(1 for t in self._tasks.values() if not t.done())
 
     async def aclose(self) -> None:
         for task in self._tasks.values():

@@ -84,7 +84,7 @@ class Clone:
         control: job control, for a clone whose definition allows spawning subagents.
 
     The ``skill`` tool is offered when the clone has skills to load: ``skill_catalog`` maps a
-    name to ``(description, body)``, read from ``spec.available_skills`` when the spec has it.
+    name to ``(description, body)``, read from ``spec.available_skills``.
 
     Raises:
         DefinitionError: the spec's exit schema is not a valid JSON Schema.

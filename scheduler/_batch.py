@@ -109,7 +109,7 @@ def plan_specs(
     defn = catalog.get(req.agent)
     launch = _launch_dir(req, caller_cwd)
     try:
-        candidates, _ = config.model_candidates(req.model or defn.model)
+        candidates = config.model_candidates(req.model or defn.model)
         fallbacks = tuple(defn.fallback_models)
         for key in (*candidates, *fallbacks):
             config.resolve_model(key)

@@ -109,9 +109,6 @@ class SchedulerActor:
     async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> dict[str, Any]:
         return await self._c().spawn_nested(request, parent_job_id)
 
-    async def reserve_ids(self, count: int) -> tuple[str, list[str]]:
-        return self._c().reserve_ids(count)
-
     async def submit(self, sub: BatchSubmission) -> dict[str, Any]:
         core = self._c()
         self._refresh_nodes()  # a batch sizes its hosts from the cluster as it is now
@@ -155,15 +152,6 @@ class SchedulerActor:
         host._host.kill()
         return True
 
-    async def host_nodes(self, job_ids: list[str]) -> dict[str, str]:
-        """Node id of the host of each job (for placement checks)."""
-        core = self._c()
-        out = {}
-        for job_id in job_ids:
-            host = core._job_host.get(job_id)
-            if host is not None and hasattr(host, "node_id"):
-                out[job_id] = await host.node_id()
-        return out
 
 
 def get_or_create_scheduler(max_concurrency: int | None = None, warm_hosts: int | None = None) -> Any:
