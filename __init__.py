@@ -20,8 +20,8 @@ __version__ = "0.1.0"
 __all__ = ["AgentDefinition", "Fleet", "__version__"]
 
 if TYPE_CHECKING:
-    from .definitions import AgentDefinition
     from ._fleet import Fleet
+    from .definitions import AgentDefinition
 
 
 def __getattr__(name: str) -> Any:

@@ -26,24 +26,35 @@ def make_console() -> Any:
 
 
 def _address_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--address", help="Ray address (default: the cluster `clonefleet cluster up` started, or RAY_ADDRESS)")
+    p.add_argument(
+        "--address",
+        help="Ray address (default: the cluster `clonefleet cluster up` started, or RAY_ADDRESS)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def add_control_parsers(sub: Any) -> None:
-    jobs = sub.add_parser("jobs", help="list, inspect, cancel and wait for jobs on a running cluster")
+    jobs = sub.add_parser(
+        "jobs", help="list, inspect, cancel and wait for jobs on a running cluster"
+    )
     jsub = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
     lst = jsub.add_parser("list", help="jobs with status, plus slots in use and queued jobs")
     for flag in ("--status", "--batch", "--agent", "--parent"):
         lst.add_argument(flag)
     _address_arg(lst)
-    for name, text in (("status", "status of jobs"), ("result", "result of finished jobs"), ("cancel", "cancel jobs or batches (and their descendants)")):
+    for name, text in (
+        ("status", "status of jobs"),
+        ("result", "result of finished jobs"),
+        ("cancel", "cancel jobs or batches (and their descendants)"),
+    ):
         p = jsub.add_parser(name, help=text)
         p.add_argument("ids", nargs="+", metavar="JOB|BATCH")
         _address_arg(p)
     wait = jsub.add_parser("wait", help="wait for jobs or batches to finish")
     wait.add_argument("ids", nargs="+", metavar="JOB|BATCH")
-    wait.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait (default 3600)")
+    wait.add_argument(
+        "--timeout", type=float, default=3600.0, help="seconds to wait (default 3600)"
+    )
     _address_arg(wait)
 
     ev = sub.add_parser("events", help="read a batch's or job's events (subagent_event envelopes)")
@@ -76,7 +87,9 @@ def connect(address: str | None) -> Any:
 
     resolved = resolve_address(address or "auto")
     if resolved in (None, "auto") and address is None:
-        raise UsageError("no running clonefleet cluster: start one with `clonefleet cluster up`, or pass --address")
+        raise UsageError(
+            "no running clonefleet cluster: start one with `clonefleet cluster up`, or pass --address"
+        )
     return Fleet(resolved)
 
 
@@ -93,7 +106,9 @@ def cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def _jobs_list(fleet: Any, args: argparse.Namespace) -> int:
-    filters = {k: getattr(args, k) for k in ("status", "batch", "agent", "parent") if getattr(args, k)}
+    filters = {
+        k: getattr(args, k) for k in ("status", "batch", "agent", "parent") if getattr(args, k)
+    }
     listing = fleet.list_jobs(**filters)
     if args.json:
         print(json.dumps(listing, default=str))
@@ -101,15 +116,39 @@ def _jobs_list(fleet: Any, args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table()
-    for col in ("job", "batch", "agent", "clone", "status", "outcome", "model", "parent", "progress"):
+    for col in (
+        "job",
+        "batch",
+        "agent",
+        "clone",
+        "status",
+        "outcome",
+        "model",
+        "parent",
+        "progress",
+    ):
         table.add_column(col, no_wrap=True)
     for j in listing["jobs"]:
-        progress = (j["progress"] or {}).get("summary", "") if isinstance(j["progress"], dict) else ""
-        table.add_row(j["job_id"], j["batch_id"], j["agent"], str(j["clone_index"]), j["status"], str(j["outcome"] or ""), str(j["model"]), str(j["parent"] or ""), progress[:40])
+        progress = (
+            (j["progress"] or {}).get("summary", "") if isinstance(j["progress"], dict) else ""
+        )
+        table.add_row(
+            j["job_id"],
+            j["batch_id"],
+            j["agent"],
+            str(j["clone_index"]),
+            j["status"],
+            str(j["outcome"] or ""),
+            str(j["model"]),
+            str(j["parent"] or ""),
+            progress[:40],
+        )
     cap = listing["capacity"]
     console = make_console()
     console.print(table)
-    console.print(f"slots in use: {cap['running']} of {cap['max_concurrency'] or 'unlimited'}; queued: {cap['queued']}")
+    console.print(
+        f"slots in use: {cap['running']} of {cap['max_concurrency'] or 'unlimited'}; queued: {cap['queued']}"
+    )
     return EXIT_OK
 
 
@@ -117,7 +156,11 @@ def _jobs_status(fleet: Any, args: argparse.Namespace) -> int:
     for job_id in fleet.expand(args.ids):
         s = fleet.job_status(job_id)
         why = f" ({s['detail']})" if s.get("detail") else ""
-        _print(s, args.json, f"{s['job_id']} {s['display_name']}: {s['status']} outcome={s['outcome']} model={s['model']} turns={s['turns']}{why}")
+        _print(
+            s,
+            args.json,
+            f"{s['job_id']} {s['display_name']}: {s['status']} outcome={s['outcome']} model={s['model']} turns={s['turns']}{why}",
+        )
     return EXIT_OK
 
 
@@ -125,7 +168,11 @@ def _jobs_result(fleet: Any, args: argparse.Namespace) -> int:
     code = EXIT_OK
     for job_id in fleet.expand(args.ids):
         r = fleet.job_result(job_id)
-        _print(r, args.json, f"{r['job_id']}: {r['status']} {r['error'] or json.dumps(r['result'], default=str)}")
+        _print(
+            r,
+            args.json,
+            f"{r['job_id']}: {r['status']} {r['error'] or json.dumps(r['result'], default=str)}",
+        )
         code |= r["status"] != "completed" or r["outcome"] != "success"
     return code
 
@@ -133,8 +180,11 @@ def _jobs_result(fleet: Any, args: argparse.Namespace) -> int:
 def _jobs_cancel(fleet: Any, args: argparse.Namespace) -> int:
     ids = fleet.expand(args.ids)
     running = fleet.cancel(args.ids)
-    _print({"jobs": len(ids), "running_cancelled": running}, args.json,
-           f"cancel requested for {len(ids)} job(s) and their descendants ({running} were running)")
+    _print(
+        {"jobs": len(ids), "running_cancelled": running},
+        args.json,
+        f"cancel requested for {len(ids)} job(s) and their descendants ({running} were running)",
+    )
     return EXIT_OK
 
 
@@ -142,13 +192,24 @@ def _jobs_wait(fleet: Any, args: argparse.Namespace) -> int:
     out = fleet.job_block(args.ids, timeout_seconds=args.timeout)
     for s in out["jobs"]:
         _print(s, args.json, f"{s['job_id']}: {s['status']} outcome={s['outcome']}")
-    ok = out["done"] and all(s["status"] == "completed" and s["outcome"] == "success" for s in out["jobs"])
+    ok = out["done"] and all(
+        s["status"] == "completed" and s["outcome"] == "success" for s in out["jobs"]
+    )
     if not out["done"]:
-        print(f"clonefleet: timed out after {args.timeout:g}s with jobs still running", file=sys.stderr)
+        print(
+            f"clonefleet: timed out after {args.timeout:g}s with jobs still running",
+            file=sys.stderr,
+        )
     return EXIT_OK if ok else EXIT_FAILED
 
 
-_JOBS = {"list": _jobs_list, "status": _jobs_status, "result": _jobs_result, "cancel": _jobs_cancel, "wait": _jobs_wait}
+_JOBS = {
+    "list": _jobs_list,
+    "status": _jobs_status,
+    "result": _jobs_result,
+    "cancel": _jobs_cancel,
+    "wait": _jobs_wait,
+}
 
 
 def describe(env: dict[str, Any]) -> str:
@@ -165,7 +226,11 @@ def describe(env: dict[str, Any]) -> str:
 def cmd_events(args: argparse.Namespace) -> int:
     fleet = connect(args.address)
     try:
-        source = fleet.follow(args.target, level=args.level) if args.follow else fleet.events(args.target, level=args.level)["events"]
+        source = (
+            fleet.follow(args.target, level=args.level)
+            if args.follow
+            else fleet.events(args.target, level=args.level)["events"]
+        )
         for env in source:
             print(json.dumps(env, default=str) if args.json else describe(env), flush=True)
     finally:
@@ -177,19 +242,35 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     from .cluster import cluster_down, cluster_up, read_state
 
     if args.cluster_command == "up":
-        print(f"clonefleet: starting a local cluster with {args.nodes} node(s) on 127.0.0.1 ...", file=sys.stderr, flush=True)
+        print(
+            f"clonefleet: starting a local cluster with {args.nodes} node(s) on 127.0.0.1 ...",
+            file=sys.stderr,
+            flush=True,
+        )
         state = cluster_up(nodes=args.nodes, cpus_per_node=args.cpus_per_node, port=args.port)
-        _print(state, args.json, f"cluster up at {state['address']} ({state['nodes']} node(s)); `clonefleet run --detach --address auto ...` uses it")
+        _print(
+            state,
+            args.json,
+            f"cluster up at {state['address']} ({state['nodes']} node(s)); `clonefleet run --detach --address auto ...` uses it",
+        )
         return EXIT_OK
     if args.cluster_command == "down":
         stopped = cluster_down()
-        _print({"stopped": stopped}, args.json, "cluster stopped" if stopped else "no cluster was running")
+        _print(
+            {"stopped": stopped},
+            args.json,
+            "cluster stopped" if stopped else "no cluster was running",
+        )
         return EXIT_OK
     state = read_state()
     if state is None:
         _print({"running": False}, args.json, "no clonefleet cluster is running")
         return EXIT_FAILED
-    _print({"running": True, **state}, args.json, f"running at {state['address']} with {state['nodes']} node(s), pid {state['pid']}")
+    _print(
+        {"running": True, **state},
+        args.json,
+        f"running at {state['address']} with {state['nodes']} node(s), pid {state['pid']}",
+    )
     return EXIT_OK
 
 

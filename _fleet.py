@@ -97,7 +97,15 @@ def _plan(req: BatchRequest, config: Config, caller_cwd: Path) -> BatchPlan:
     while len(drawn) < count:
         drawn.add(new_job_id())
     job_ids = sorted(drawn)
-    specs = plan_specs(req, catalog, config, batch_id=batch_id, job_ids=job_ids, caller_cwd=caller_cwd, skills=skills)
+    specs = plan_specs(
+        req,
+        catalog,
+        config,
+        batch_id=batch_id,
+        job_ids=job_ids,
+        caller_cwd=caller_cwd,
+        skills=skills,
+    )
     sub = BatchSubmission(
         batch_id=batch_id,
         specs=specs,
@@ -148,7 +156,9 @@ class Fleet:
         self.config = config if isinstance(config, Config) else load_config(config, self.cwd)
         self.address = resolve_address(address)
         runtime_env = remote_runtime_env() if self.address else None
-        self._session = ClusterSession(ClusterConfig(address=self.address, num_cpus=num_cpus, runtime_env=runtime_env)).start()
+        self._session = ClusterSession(
+            ClusterConfig(address=self.address, num_cpus=num_cpus, runtime_env=runtime_env)
+        ).start()
         from .scheduler.remote import get_or_create_scheduler
 
         cap = max_concurrency or self.config.limits.max_concurrency
@@ -196,7 +206,9 @@ class Fleet:
             UsageError: bad count, cwd or model.
             DefinitionError: unknown or invalid agent, render failure.
         """
-        return self.submit(plan_batch(agent, prompt, count, config=self.config, caller_cwd=self.cwd, **options))
+        return self.submit(
+            plan_batch(agent, prompt, count, config=self.config, caller_cwd=self.cwd, **options)
+        )
 
     def submit(self, plan: BatchPlan) -> Batch:
         """Start a batch planned with :func:`plan_batch` (drawing new ids if one is taken)."""
@@ -226,7 +238,12 @@ class Fleet:
         still running (queued ones end at once)."""
         return self._call("cancel_many", list(ids))
 
-    def job_block(self, job_ids: Sequence[str], wait_seconds: float | None = None, timeout_seconds: float | None = None) -> dict[str, Any]:
+    def job_block(
+        self,
+        job_ids: Sequence[str],
+        wait_seconds: float | None = None,
+        timeout_seconds: float | None = None,
+    ) -> dict[str, Any]:
         """Wait for every job (or batch id) to finish, or the time to run out."""
         return self._call("job_block", list(job_ids), wait_seconds, timeout_seconds)
 
@@ -240,11 +257,20 @@ class Fleet:
     def expand(self, ids: Sequence[str]) -> list[str]:
         return self._call("expand", list(ids))
 
-    def events(self, target: str | None = None, *, cursor: int = 0, level: str = "lifecycle", wait_s: float = 0.0) -> dict[str, Any]:
+    def events(
+        self,
+        target: str | None = None,
+        *,
+        cursor: int = 0,
+        level: str = "lifecycle",
+        wait_s: float = 0.0,
+    ) -> dict[str, Any]:
         """Events after ``cursor``: ``{events: [...], cursor: next}``."""
         return self._call("events", target=target, cursor=cursor, level=level, wait_s=wait_s)
 
-    def follow(self, target: str, *, level: str = "lifecycle", wait_s: float = 0.5) -> Iterator[dict[str, Any]]:
+    def follow(
+        self, target: str, *, level: str = "lifecycle", wait_s: float = 0.5
+    ) -> Iterator[dict[str, Any]]:
         """Yield events of ``target`` as they come, until all its jobs have ended."""
         cursor = 0
         while True:

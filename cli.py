@@ -45,25 +45,84 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    run = sub.add_parser("run", help="run a counted batch of one subagent", description="Launch COUNT clones of AGENT, each its own job, and wait for them.")
+    run = sub.add_parser(
+        "run",
+        help="run a counted batch of one subagent",
+        description="Launch COUNT clones of AGENT, each its own job, and wait for them.",
+    )
     run.add_argument("agent", metavar="AGENT", help="definition name (see `clonefleet agents`)")
-    run.add_argument("--prompt", required=True, help="the task; rendered per clone as a template for native definitions")
-    run.add_argument("--count", type=_count, default=1, help="number of clones (default 1, at most limits.max_count)")
+    run.add_argument(
+        "--prompt",
+        required=True,
+        help="the task; rendered per clone as a template for native definitions",
+    )
+    run.add_argument(
+        "--count",
+        type=_count,
+        default=1,
+        help="number of clones (default 1, at most limits.max_count)",
+    )
     run.add_argument("--model", help="model, alias or @mg:GROUP overriding the definition's")
     run.add_argument("--cwd", help="launch directory (default: the current directory)")
-    run.add_argument("--allow-chdir", action="store_true", help="approve a --cwd outside the current directory")
-    run.add_argument("--var", type=_var, action="append", default=[], metavar="K=V", help="template variable (repeatable)")
-    run.add_argument("--subagents-dir", action="append", default=[], metavar="DIR", help="extra definitions directory (repeatable)")
-    run.add_argument("--config", metavar="FILE", help="config file (default: .clonefleet/config.yaml, then ~/.config/clonefleet/config.yaml)")
-    run.add_argument("--address", help="Ray address: auto, ray://host:port (default: embedded local Ray, or RAY_ADDRESS)")
-    run.add_argument("--sim-script", metavar="FILE", help="script file for the simulated provider (per-clone steps)")
-    run.add_argument("--clones-per-actor", type=int, metavar="K", help="clones hosted per Ray actor (1 = a process per clone)")
-    run.add_argument("--max-concurrency", type=int, metavar="N", help="jobs of this batch running at once")
-    run.add_argument("--detach", action="store_true", help="print the batch and job ids and return (needs a persistent cluster)")
+    run.add_argument(
+        "--allow-chdir", action="store_true", help="approve a --cwd outside the current directory"
+    )
+    run.add_argument(
+        "--var",
+        type=_var,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="template variable (repeatable)",
+    )
+    run.add_argument(
+        "--subagents-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra definitions directory (repeatable)",
+    )
+    run.add_argument(
+        "--config",
+        metavar="FILE",
+        help="config file (default: .clonefleet/config.yaml, then ~/.config/clonefleet/config.yaml)",
+    )
+    run.add_argument(
+        "--address",
+        help="Ray address: auto, ray://host:port (default: embedded local Ray, or RAY_ADDRESS)",
+    )
+    run.add_argument(
+        "--sim-script",
+        metavar="FILE",
+        help="script file for the simulated provider (per-clone steps)",
+    )
+    run.add_argument(
+        "--clones-per-actor",
+        type=int,
+        metavar="K",
+        help="clones hosted per Ray actor (1 = a process per clone)",
+    )
+    run.add_argument(
+        "--max-concurrency", type=int, metavar="N", help="jobs of this batch running at once"
+    )
+    run.add_argument(
+        "--detach",
+        action="store_true",
+        help="print the batch and job ids and return (needs a persistent cluster)",
+    )
     run.add_argument("--json", action="store_true", help="print one JSON object per job as it ends")
 
-    val = sub.add_parser("validate", help="check definition files", description="Load definitions and report errors and warnings.")
-    val.add_argument("paths", nargs="*", metavar="PATH", help="definition files or directories (default: everything discovered)")
+    val = sub.add_parser(
+        "validate",
+        help="check definition files",
+        description="Load definitions and report errors and warnings.",
+    )
+    val.add_argument(
+        "paths",
+        nargs="*",
+        metavar="PATH",
+        help="definition files or directories (default: everything discovered)",
+    )
     val.add_argument("--subagents-dir", action="append", default=[], metavar="DIR")
     val.add_argument("--config", metavar="FILE")
     val.add_argument("--json", action="store_true")
@@ -75,7 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     prov = sub.add_parser("provider", help="model provider tools")
     prov_sub = prov.add_subparsers(dest="provider_command", required=True, metavar="ACTION")
-    serve = prov_sub.add_parser("serve", help="serve the simulated model as an OpenAI-compatible server on 127.0.0.1")
+    serve = prov_sub.add_parser(
+        "serve", help="serve the simulated model as an OpenAI-compatible server on 127.0.0.1"
+    )
     serve.add_argument("--port", type=int, required=True)
     serve.add_argument("--latency-ms", type=float, default=0.0)
     serve.add_argument("--fail-rate", type=float, default=0.0)
@@ -88,7 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"run": cmd_run, "validate": cmd_validate, "agents": cmd_agents, "provider": cmd_provider, **CONTROL_HANDLERS}[args.command]
+    handler = {
+        "run": cmd_run,
+        "validate": cmd_validate,
+        "agents": cmd_agents,
+        "provider": cmd_provider,
+        **CONTROL_HANDLERS,
+    }[args.command]
     try:
         return handler(args)
     except (UsageError, DefinitionError, ConfigError) as exc:
@@ -128,23 +195,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     address = resolve_address(args.address)
     if args.detach and address is None:
-        raise UsageError("--detach needs a persistent cluster: run `clonefleet cluster up` and pass --address auto")
+        raise UsageError(
+            "--detach needs a persistent cluster: run `clonefleet cluster up` and pass --address auto"
+        )
     started = time.monotonic()
     fleet = Fleet(address, config=config)
     try:
         batch = fleet.submit(plan)
         if args.detach:
             out = {"batch_id": batch.batch_id, "job_ids": list(batch.job_ids)}
-            print(json.dumps(out) if args.json else f"batch {batch.batch_id}: " + " ".join(batch.job_ids))
+            print(
+                json.dumps(out)
+                if args.json
+                else f"batch {batch.batch_id}: " + " ".join(batch.job_ids)
+            )
             return EXIT_OK
         try:
             records = _watch(fleet, batch, as_json=args.json)
         except KeyboardInterrupt:
             if fleet.embedded:
-                print("clonefleet: interrupted; the embedded cluster stops, and its jobs with it", file=sys.stderr)
+                print(
+                    "clonefleet: interrupted; the embedded cluster stops, and its jobs with it",
+                    file=sys.stderr,
+                )
             else:
-                print(f"clonefleet: interrupted; batch {batch.batch_id} keeps running on the cluster "
-                      f"(`clonefleet jobs cancel {batch.batch_id}` stops it)", file=sys.stderr)
+                print(
+                    f"clonefleet: interrupted; batch {batch.batch_id} keeps running on the cluster "
+                    f"(`clonefleet jobs cancel {batch.batch_id}` stops it)",
+                    file=sys.stderr,
+                )
             return 130
     finally:
         fleet.close()
@@ -165,11 +244,22 @@ class _Display:
         self._last_plain = 0.0
         if stream.isatty():
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
             self._live = Progress(
-                TextColumn("[bold]jobs"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                console=Console(file=stream), transient=False,
+                TextColumn("[bold]jobs"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                console=Console(file=stream),
+                transient=False,
             )
             self._task = self._live.add_task("jobs", total=total, info="")
             self._live.start()
@@ -181,7 +271,9 @@ class _Display:
             self._live.update(self._task, completed=self.done, info=info)
         elif force or time.monotonic() - self._last_plain > 2.0:
             self._last_plain = time.monotonic()
-            print(f"clonefleet: {self.done}/{self.total} done, {info}", file=self.stream, flush=True)
+            print(
+                f"clonefleet: {self.done}/{self.total} done, {info}", file=self.stream, flush=True
+            )
 
     def close(self) -> None:
         if self._live is not None:
@@ -197,9 +289,15 @@ def _watch(fleet: Any, batch: Any, *, as_json: bool) -> list[dict[str, Any]]:
             event = env["event"]
             kind = event["type"]
             if kind == "progress":
-                print(f"exec: progress {json.dumps(event.get('progress'))}", file=sys.stderr, flush=True)
+                print(
+                    f"exec: progress {json.dumps(event.get('progress'))}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 if display:
-                    display.latest = f"{env['display_name']}: {event.get('progress', {}).get('summary', '')}"
+                    display.latest = (
+                        f"{env['display_name']}: {event.get('progress', {}).get('summary', '')}"
+                    )
             elif kind == "started" and display:
                 display.running += 1
             elif kind == "result":
@@ -210,7 +308,9 @@ def _watch(fleet: Any, batch: Any, *, as_json: bool) -> list[dict[str, Any]]:
                 elif display:
                     display.running = max(display.running - 1, 0)
                     display.done += 1
-                    display.failed += record["status"] != "completed" or record["outcome"] != "success"
+                    display.failed += (
+                        record["status"] != "completed" or record["outcome"] != "success"
+                    )
             if display:
                 display.update()
     finally:
@@ -229,8 +329,18 @@ def _summary(records: list[dict[str, Any]], elapsed_s: float) -> None:
     table.add_column("result / error", no_wrap=True, overflow="ellipsis", max_width=80)
     shown = records if len(records) <= 50 else records[:25] + records[-25:]
     for r in shown:
-        result = r["error"] or (r["result"].get("summary") if isinstance(r["result"], dict) else r["result"])
-        table.add_row(r["job_id"], str(r["clone_index"]), r["status"], str(r["outcome"]), str(r["model"]), str(r["turns"]), str(result)[:80])
+        result = r["error"] or (
+            r["result"].get("summary") if isinstance(r["result"], dict) else r["result"]
+        )
+        table.add_row(
+            r["job_id"],
+            str(r["clone_index"]),
+            r["status"],
+            str(r["outcome"]),
+            str(r["model"]),
+            str(r["turns"]),
+            str(result)[:80],
+        )
     counts: dict[str, int] = {}
     for r in records:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -245,7 +355,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from .definitions import validate_report
 
     config = load_config(args.config)
-    report = validate_report([Path(p) for p in args.paths], [Path(d) for d in args.subagents_dir], Path.cwd(), config)
+    report = validate_report(
+        [Path(p) for p in args.paths], [Path(d) for d in args.subagents_dir], Path.cwd(), config
+    )
     if args.json:
         print(json.dumps(report, indent=2))
     else:
@@ -286,7 +398,12 @@ def cmd_provider(args: argparse.Namespace) -> int:
     from .actors._simserver import serve_main
 
     return serve_main(
-        port=args.port, latency_ms=args.latency_ms, fail_rate=args.fail_rate, rate_429=args.rate_429, script=args.script, seed=args.seed
+        port=args.port,
+        latency_ms=args.latency_ms,
+        fail_rate=args.fail_rate,
+        rate_429=args.rate_429,
+        script=args.script,
+        seed=args.seed,
     )
 
 

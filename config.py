@@ -138,7 +138,9 @@ class Config(BaseModel):
         object.__setattr__(self, "aliases", aliases)
         for name, model in models.items():
             if model.provider not in providers:
-                raise ValueError(f"models.{name}.provider names unknown provider {model.provider!r}")
+                raise ValueError(
+                    f"models.{name}.provider names unknown provider {model.provider!r}"
+                )
         for group, members in groups.items():
             if not members:
                 raise ValueError(f"model_groups.{group} is empty")
@@ -161,7 +163,9 @@ class Config(BaseModel):
         if key in self.models:
             model = self.models[key]
             return key, model, self.providers[model.provider]
-        raise ConfigError(f"unknown model {name!r}; known: {', '.join(sorted(self.models))}", self.path, "models")
+        raise ConfigError(
+            f"unknown model {name!r}; known: {', '.join(sorted(self.models))}", self.path, "models"
+        )
 
     def model_candidates(self, spec: str | None) -> tuple[str, ...]:
         """Turn a definition's ``model`` into its candidate model names, in failover order.
@@ -173,12 +177,18 @@ class Config(BaseModel):
         if spec.startswith("@mg:"):
             group = spec[4:]
             if group not in self.model_groups:
-                raise ConfigError(f"unknown model group {group!r}; known: {', '.join(sorted(self.model_groups))}", self.path, "model_groups")
+                raise ConfigError(
+                    f"unknown model group {group!r}; known: {', '.join(sorted(self.model_groups))}",
+                    self.path,
+                    "model_groups",
+                )
             return self.model_groups[group]
         return (spec,)
 
 
-def find_config_path(explicit: str | os.PathLike[str] | None = None, cwd: Path | None = None) -> Path | None:
+def find_config_path(
+    explicit: str | os.PathLike[str] | None = None, cwd: Path | None = None
+) -> Path | None:
     """Return the config file to use, or ``None`` when there is none."""
     if explicit:
         return Path(explicit)
@@ -219,4 +229,6 @@ def load_config(path: str | os.PathLike[str] | None = None, cwd: Path | None = N
     except ValidationError as exc:
         first = exc.errors()[0]
         key = ".".join(str(p) for p in first["loc"]) or None
-        raise ConfigError(f"{first['msg']} ({len(exc.errors())} problem(s))", str(found), key) from None
+        raise ConfigError(
+            f"{first['msg']} ({len(exc.errors())} problem(s))", str(found), key
+        ) from None

@@ -68,7 +68,9 @@ class UnknownJobError(UsageError):
     """A job or batch id the fleet has no record of."""
 
     def __init__(self, job_id: str) -> None:
-        super().__init__(f"unknown job or batch id {job_id!r}; `clonefleet jobs list` shows known ids")
+        super().__init__(
+            f"unknown job or batch id {job_id!r}; `clonefleet jobs list` shows known ids"
+        )
         self.job_id = job_id
 
     def __reduce__(self):  # type: ignore[override]
@@ -96,7 +98,11 @@ class DefinitionError(ClonefleetError):
     """
 
     def __init__(
-        self, message: str, reason: str = "invalid-definition", path: str | None = None, field: str | None = None
+        self,
+        message: str,
+        reason: str = "invalid-definition",
+        path: str | None = None,
+        field: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message, self.reason, self.path, self.field = message, reason, path, field
@@ -112,7 +118,13 @@ class DefinitionError(ClonefleetError):
 class TemplateError(DefinitionError):
     """A prompt or definition body could not be rendered."""
 
-    def __init__(self, message: str, reason: str = "render-error", path: str | None = None, field: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        reason: str = "render-error",
+        path: str | None = None,
+        field: str | None = None,
+    ) -> None:
         super().__init__(message, reason, path, field)
 
 
@@ -142,9 +154,20 @@ class ModelError(ClonefleetError):
 class ModelHTTPError(ModelError):
     """The provider answered with an HTTP error status."""
 
-    def __init__(self, status: int, body: str = "", retry_after_s: float | None = None, spend_cap: bool = False) -> None:
+    def __init__(
+        self,
+        status: int,
+        body: str = "",
+        retry_after_s: float | None = None,
+        spend_cap: bool = False,
+    ) -> None:
         super().__init__(f"model returned HTTP {status}")
-        self.status, self.body, self.retry_after_s, self.spend_cap = status, body[:500], retry_after_s, spend_cap
+        self.status, self.body, self.retry_after_s, self.spend_cap = (
+            status,
+            body[:500],
+            retry_after_s,
+            spend_cap,
+        )
 
     def __reduce__(self):  # type: ignore[override]
         return type(self), (self.status, self.body, self.retry_after_s, self.spend_cap)

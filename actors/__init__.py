@@ -22,6 +22,7 @@ from ._host import HostCore as HostCore
 from ._loop import BASE_PROMPT as BASE_PROMPT
 from ._loop import Clone as Clone
 from ._providers import ProviderPool as ProviderPool
+from ._sandbox import open_inside as open_inside
 from ._sim import SimBrain as SimBrain
 from ._sim import SimScript as SimScript
 from ._sim import SimStep as SimStep
@@ -34,7 +35,6 @@ from ._tools import BUILTIN_TOOLS as BUILTIN_TOOLS
 from ._tools import CLAUDE_ALIASES as CLAUDE_ALIASES
 from ._tools import Tool as Tool
 from ._tools import ToolContext as ToolContext
-from ._sandbox import open_inside as open_inside
 from ._tools import resolve_inside as resolve_inside
 from ._tools import tool_from_function as tool_from_function
 from ._types import Message as Message
@@ -73,9 +73,39 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     *sorted(_LAZY),
-    "BASE_PROMPT", "BUILTIN_TOOLS", "CLAUDE_ALIASES", "Candidate", "Clone", "CloneSpec", "ExitDecision",
-    "ExitJudge", "FailoverModel", "HostCore", "Message", "Model", "ModelRequest", "ModelResponse",
-    "Outcome", "ProviderPool", "Role", "RunResult", "SimBrain", "SimScript", "SimStep", "SimulatedModel",
-    "StopReason", "Tool", "ToolCall", "ToolContext", "ToolSpec", "Usage", "Verdict", "classify",
-    "backoff_s", "open_inside", "resolve_inside", "stop_error", "tool_from_function",
+    "BASE_PROMPT",
+    "BUILTIN_TOOLS",
+    "CLAUDE_ALIASES",
+    "Candidate",
+    "Clone",
+    "CloneSpec",
+    "ExitDecision",
+    "ExitJudge",
+    "FailoverModel",
+    "HostCore",
+    "Message",
+    "Model",
+    "ModelRequest",
+    "ModelResponse",
+    "Outcome",
+    "ProviderPool",
+    "Role",
+    "RunResult",
+    "SimBrain",
+    "SimScript",
+    "SimStep",
+    "SimulatedModel",
+    "StopReason",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolSpec",
+    "Usage",
+    "Verdict",
+    "classify",
+    "backoff_s",
+    "open_inside",
+    "resolve_inside",
+    "stop_error",
+    "tool_from_function",
 ]

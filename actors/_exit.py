@@ -19,7 +19,15 @@ import referencing.jsonschema
 
 from ..errors import DefinitionError
 
-__all__ = ["ExitDecision", "ExitJudge", "Outcome", "Verdict", "classify", "exit_validator", "schema_errors"]
+__all__ = [
+    "ExitDecision",
+    "ExitJudge",
+    "Outcome",
+    "Verdict",
+    "classify",
+    "exit_validator",
+    "schema_errors",
+]
 
 _FAMILIES = {
     **dict.fromkeys(("success", "ok", "done", "completed"), "success"),
@@ -120,7 +128,9 @@ def _problem(validator: jsonschema.Draft202012Validator, payload: Any) -> str | 
             return None
         error = jsonschema.exceptions.best_match(validator.iter_errors(payload))
     except referencing.exceptions.Unresolvable as exc:
-        raise _Unusable(f"exit_tool_schema has a $ref that does not resolve inside the schema ({exc}); refs are never fetched") from None
+        raise _Unusable(
+            f"exit_tool_schema has a $ref that does not resolve inside the schema ({exc}); refs are never fetched"
+        ) from None
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path) or "payload"
@@ -155,8 +165,14 @@ class ExitJudge:
         DefinitionError: ``schema`` is not a valid Draft 2020-12 JSON Schema.
     """
 
-    def __init__(self, schema: dict[str, Any], *, retry_budget: int = 2, breaker_threshold: int = 3) -> None:
-        self.schema, self.retry_budget, self.breaker_threshold = schema, retry_budget, breaker_threshold
+    def __init__(
+        self, schema: dict[str, Any], *, retry_budget: int = 2, breaker_threshold: int = 3
+    ) -> None:
+        self.schema, self.retry_budget, self.breaker_threshold = (
+            schema,
+            retry_budget,
+            breaker_threshold,
+        )
         self._validator = exit_validator(schema)
         self._status_retries = 0
         self._failing_streak: list[str] = []
@@ -193,7 +209,9 @@ class ExitJudge:
             self._failing_streak.clear()
         self._failing_streak.append(signature)
         if len(self._failing_streak) >= self.breaker_threshold:
-            return ExitDecision(verdict=Verdict.BREAK, error="no progress: repeated failing exit_tool calls")
+            return ExitDecision(
+                verdict=Verdict.BREAK, error="no progress: repeated failing exit_tool calls"
+            )
         if status is not None:
             if self._status_retries >= self.retry_budget:
                 return ExitDecision(verdict=Verdict.SALVAGE, outcome=Outcome.SUCCESS)

@@ -34,7 +34,9 @@ class Candidate:
     """Overall deadline of one attempt, in seconds."""
 
 
-def backoff_s(attempt: int, retry_after_s: float | None, *, base_s: float = 0.25, cap_s: float = 8.0) -> float:
+def backoff_s(
+    attempt: int, retry_after_s: float | None, *, base_s: float = 0.25, cap_s: float = 8.0
+) -> float:
     """Delay before retry number ``attempt`` (0-based); ``Retry-After`` wins when given."""
     if retry_after_s is not None:
         return min(max(retry_after_s, 0.0), 60.0)

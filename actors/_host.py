@@ -60,13 +60,17 @@ class HostCore:
 
     def pool_for(self, config: Config, sim_script: SimScript | None) -> ProviderPool:
         """The provider pool of a (config, script) pair, made on first use."""
-        key = hashlib.blake2b(pickle.dumps((config.model_dump_json(), sim_script)), digest_size=16).hexdigest()
+        key = hashlib.blake2b(
+            pickle.dumps((config.model_dump_json(), sim_script)), digest_size=16
+        ).hexdigest()
         pool = self._pools.get(key)
         if pool is None:
             pool = self._pools[key] = ProviderPool(config, sim_script=sim_script)
         return pool
 
-    def start(self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None = None) -> None:
+    def start(
+        self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None = None
+    ) -> None:
         """Start one task per spec; returns at once."""
         pool = self.pool_for(config, sim_script)
         for spec in specs:
@@ -74,19 +78,34 @@ class HostCore:
                 continue
             if spec.job_id in self._cancelled_early:
                 # The cancel overtook the start (calls to an async actor are not ordered).
-                self._push(spec.job_id, {"type": FINAL_EVENT, "ts": time.time(), "result": _cancelled(spec).to_json()})
+                self._push(
+                    spec.job_id,
+                    {"type": FINAL_EVENT, "ts": time.time(), "result": _cancelled(spec).to_json()},
+                )
                 continue
-            self._tasks[spec.job_id] = asyncio.get_running_loop().create_task(self._run(spec, pool), name=spec.job_id)
+            self._tasks[spec.job_id] = asyncio.get_running_loop().create_task(
+                self._run(spec, pool), name=spec.job_id
+            )
 
     async def _run(self, spec: CloneSpec, pool: ProviderPool) -> RunResult:
         def emit(event: dict[str, Any], job_id: str = spec.job_id) -> None:
             self._push(job_id, event)
 
         def on_failover(src: str, dst: str, reason: str) -> None:
-            emit({"type": "model_failover", "ts": time.time(), "from": src, "to": dst, "reason": reason[:500]})
+            emit(
+                {
+                    "type": "model_failover",
+                    "ts": time.time(),
+                    "from": src,
+                    "to": dst,
+                    "reason": reason[:500],
+                }
+            )
 
         try:
-            clone = Clone(spec, pool.failover_for(spec, on_failover), emit=emit, control=self.control)
+            clone = Clone(
+                spec, pool.failover_for(spec, on_failover), emit=emit, control=self.control
+            )
             self._clones[spec.job_id] = clone
             result = await clone.run()
         except asyncio.CancelledError:
@@ -139,7 +158,9 @@ class HostCore:
         self._pools.clear()
 
 
-def _ended(spec: CloneSpec, status: str, reason: StopReason, outcome: str, detail: str = "") -> RunResult:
+def _ended(
+    spec: CloneSpec, status: str, reason: StopReason, outcome: str, detail: str = ""
+) -> RunResult:
     return RunResult(
         job_id=spec.job_id,
         batch_id=spec.batch_id,

@@ -27,7 +27,14 @@ import orjson
 from httpx_aiohttp import AiohttpTransport
 
 from ..config import ProviderConfig
-from ..errors import ConfigError, ModelBehaviorError, ModelError, ModelHTTPError, ModelTimeout, UsageError
+from ..errors import (
+    ConfigError,
+    ModelBehaviorError,
+    ModelError,
+    ModelHTTPError,
+    ModelTimeout,
+    UsageError,
+)
 from ._types import Message, Model, ModelRequest, ModelResponse, Role, ToolCall, ToolSpec, Usage
 
 __all__ = [
@@ -119,7 +126,9 @@ def ensure_live_requests_allowed(url: str | httpx.URL) -> None:
 # Small helpers: Retry-After, secret scrubbing, error-body summaries.
 
 
-def parse_retry_after(headers: Mapping[str, str], *, now: Callable[[], float] = time.time) -> float | None:
+def parse_retry_after(
+    headers: Mapping[str, str], *, now: Callable[[], float] = time.time
+) -> float | None:
     """Seconds to wait before retrying, from ``retry-after-ms`` or ``Retry-After``.
 
     ``Retry-After`` may be delta-seconds (``"2"``, ``"1.5"``) or an HTTP date; a date in the past
@@ -210,7 +219,9 @@ def _is_timeout(exc: Exception) -> bool:
     if not isinstance(exc, httpx.TimeoutException):
         return False
     cause = exc.__cause__
-    return not isinstance(cause, aiohttp.ClientError) or isinstance(cause, aiohttp.ServerTimeoutError)
+    return not isinstance(cause, aiohttp.ClientError) or isinstance(
+        cause, aiohttp.ServerTimeoutError
+    )
 
 
 def _forget_request(exc: BaseException) -> None:
@@ -256,7 +267,11 @@ def make_client(
     """
     # Idle connections expire after 4 s: uvicorn (vLLM, many proxies) closes them after 5 s, and
     # reusing one the server is closing fails the request.
-    limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=4.0)
+    limits = httpx.Limits(
+        max_connections=max_connections,
+        max_keepalive_connections=max_connections,
+        keepalive_expiry=4.0,
+    )
     if transport is None:
         transport = AiohttpTransport(limits=limits)
     return httpx.AsyncClient(
@@ -302,14 +317,31 @@ class HTTPProvider:
         self._scrub = _Scrubber(secrets)
         self._closed = False
         if transport is None:
-            limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=4.0)
+            limits = httpx.Limits(
+                max_connections=max_connections,
+                max_keepalive_connections=max_connections,
+                keepalive_expiry=4.0,
+            )
             transport = AiohttpTransport(limits=limits)
         self._transport = transport
         # Every request of a provider posts JSON; the headers (credential included) live only in
         # the client, never in an attribute of ours that a repr could show.
         json_headers = {**dict(headers or {}), "content-type": "application/json"}
-        self._client = make_client(max_connections, timeout_s, base_url=self.base_url, headers=json_headers, transport=transport)
-        self._timeouts = {"timeout": {"connect": timeout_s, "read": timeout_s, "write": timeout_s, "pool": timeout_s}}
+        self._client = make_client(
+            max_connections,
+            timeout_s,
+            base_url=self.base_url,
+            headers=json_headers,
+            transport=transport,
+        )
+        self._timeouts = {
+            "timeout": {
+                "connect": timeout_s,
+                "read": timeout_s,
+                "write": timeout_s,
+                "pool": timeout_s,
+            }
+        }
         self._urls: dict[str, httpx.URL] = {}
 
     def __repr__(self) -> str:
@@ -345,16 +377,22 @@ class HTTPProvider:
         ensure_live_requests_allowed(self.base_url)
         try:
             # The stdlib encoder stays: it refuses NaN (orjson would silently send null).
-            body = json.dumps(payload, ensure_ascii=False, allow_nan=False, check_circular=False).encode()
+            body = json.dumps(
+                payload, ensure_ascii=False, allow_nan=False, check_circular=False
+            ).encode()
         except (TypeError, ValueError) as exc:
-            raise ModelBehaviorError(f"provider {self.name!r}: the request cannot be encoded as JSON ({exc})") from exc
+            raise ModelBehaviorError(
+                f"provider {self.name!r}: the request cannot be encoded as JSON ({exc})"
+            ) from exc
         url = self._urls.get(path)
         if url is None:
             url = self._urls[path] = httpx.URL(self.base_url + path.lstrip("/"))
         # Straight to the transport: the client's per-request URL merging, cookie, auth and
         # redirect layers cost about a third of a request's CPU at thousands of clones, and a
         # provider needs none of them (redirects are not followed, credentials are headers).
-        request = httpx.Request("POST", url, headers=self._client.headers, content=body, extensions=self._timeouts)
+        request = httpx.Request(
+            "POST", url, headers=self._client.headers, content=body, extensions=self._timeouts
+        )
         try:
             async with asyncio.timeout(self.timeout_s):
                 response = await self._transport.handle_async_request(request)
@@ -379,25 +417,39 @@ class HTTPProvider:
             return ModelTimeout(f"{where}: {type(exc).__name__} ({detail})")
         if isinstance(exc, httpx.TransportError | OSError):
             name = type(exc.__cause__ or exc).__name__
-            return ModelTimeout(f"{where}: cannot reach the server or lost the connection ({name}: {detail})")
+            return ModelTimeout(
+                f"{where}: cannot reach the server or lost the connection ({name}: {detail})"
+            )
         if isinstance(exc, httpx.DecodingError | aiohttp.ClientError | httpx.RequestError):
-            return ModelBehaviorError(f"{where}: invalid HTTP response ({type(exc).__name__}: {detail})")
+            return ModelBehaviorError(
+                f"{where}: invalid HTTP response ({type(exc).__name__}: {detail})"
+            )
         return None
 
     def _decode(self, response: httpx.Response) -> dict[str, Any]:
         content_type = response.headers.get("content-type", "")
         if not 200 <= response.status_code < 300:
             raw = self._scrub(response.text)[:_MAX_ERROR_TEXT]
-            spend_cap = response.status_code == 429 and any(m in raw.lower() for m in _SPEND_CAP_MARKERS)
+            spend_cap = response.status_code == 429 and any(
+                m in raw.lower() for m in _SPEND_CAP_MARKERS
+            )
             summary = self._scrub(_summarize_body(raw, content_type))
-            raise ModelHTTPError(response.status_code, summary, parse_retry_after(response.headers), spend_cap)
+            raise ModelHTTPError(
+                response.status_code, summary, parse_retry_after(response.headers), spend_cap
+            )
         try:
-            data = orjson.loads(response.content)  # several times faster than json.loads, same errors
+            data = orjson.loads(
+                response.content
+            )  # several times faster than json.loads, same errors
         except ValueError as exc:
             if isinstance(exc, json.JSONDecodeError):
                 exc.doc = self._scrub(exc.doc)  # the whole body rides along on the chained error
-            head = self._scrub(_summarize_body(self._scrub(response.text)[:_MAX_ERROR_TEXT], content_type))[:120]
-            raise ModelBehaviorError(f"provider {self.name!r}: response is not JSON ({head!r})") from exc
+            head = self._scrub(
+                _summarize_body(self._scrub(response.text)[:_MAX_ERROR_TEXT], content_type)
+            )[:120]
+            raise ModelBehaviorError(
+                f"provider {self.name!r}: response is not JSON ({head!r})"
+            ) from exc
         if not isinstance(data, dict):
             raise ModelBehaviorError(f"provider {self.name!r}: response is JSON but not an object")
         return data
@@ -480,7 +532,10 @@ def _openai_message(m: Message) -> dict[str, Any]:
             {
                 "id": c.id,
                 "type": "function",
-                "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+                "function": {
+                    "name": c.name,
+                    "arguments": json.dumps(c.arguments, ensure_ascii=False),
+                },
             }
             for c in m.tool_calls
         ]
@@ -489,7 +544,10 @@ def _openai_message(m: Message) -> dict[str, Any]:
 
 
 def _openai_tool(t: ToolSpec) -> dict[str, Any]:
-    return {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+    return {
+        "type": "function",
+        "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+    }
 
 
 def openai_response(data: dict[str, Any], model: str = "") -> ModelResponse:
@@ -501,7 +559,9 @@ def openai_response(data: dict[str, Any], model: str = "") -> ModelResponse:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         if data.get("error"):
-            raise ModelBehaviorError(f"response carries an error: {_summarize_body(json.dumps(data), 'application/json')}")
+            raise ModelBehaviorError(
+                f"response carries an error: {_summarize_body(json.dumps(data), 'application/json')}"
+            )
         raise ModelBehaviorError("response has no choices")
     choice = choices[0]
     message = choice.get("message")
@@ -520,7 +580,10 @@ def openai_response(data: dict[str, Any], model: str = "") -> ModelResponse:
     return ModelResponse(
         text=text,
         tool_calls=calls,
-        usage=Usage(input_tokens=_count(usage.get("prompt_tokens")), output_tokens=_count(usage.get("completion_tokens"))),
+        usage=Usage(
+            input_tokens=_count(usage.get("prompt_tokens")),
+            output_tokens=_count(usage.get("completion_tokens")),
+        ),
         model=str(data.get("model") or model),
         refusal=refusal,
     )
@@ -532,24 +595,36 @@ def _openai_text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # content parts, as some servers answer
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+        return "".join(
+            p.get("text", "")
+            for p in content
+            if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
     raise ModelBehaviorError("message content is neither text nor a list of parts")
 
 
 def _openai_call(index: int, raw: Any) -> ToolCall:
     function = raw.get("function") if isinstance(raw, dict) else None
-    if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+    if (
+        not isinstance(function, dict)
+        or not isinstance(function.get("name"), str)
+        or not function["name"]
+    ):
         raise ModelBehaviorError(f"tool call {index} has no function name")
     name, arguments = function["name"], function.get("arguments")
     if isinstance(arguments, str):
         try:
             arguments = orjson.loads(arguments) if arguments.strip() else {}
         except ValueError as exc:
-            raise ModelBehaviorError(f"tool call {index} ({name}) has arguments that are not valid JSON: {exc}") from exc
+            raise ModelBehaviorError(
+                f"tool call {index} ({name}) has arguments that are not valid JSON: {exc}"
+            ) from exc
     elif arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
-        raise ModelBehaviorError(f"tool call {index} ({name}) has arguments that are not a JSON object")
+        raise ModelBehaviorError(
+            f"tool call {index} ({name}) has arguments that are not a JSON object"
+        )
     return ToolCall(id=str(raw.get("id") or f"call_{index}"), name=name, arguments=arguments)
 
 
@@ -568,7 +643,9 @@ class AnthropicModel:
     ``tool_use``/``tool_result`` blocks; ``stop_reason: "refusal"`` is a refusal.
     """
 
-    def __init__(self, provider: HTTPProvider, *, default_max_tokens: int = ANTHROPIC_DEFAULT_MAX_TOKENS) -> None:
+    def __init__(
+        self, provider: HTTPProvider, *, default_max_tokens: int = ANTHROPIC_DEFAULT_MAX_TOKENS
+    ) -> None:
         self.provider = provider
         self.default_max_tokens = default_max_tokens
 
@@ -581,7 +658,9 @@ class AnthropicModel:
         Raises:
             ModelTimeout, ModelHTTPError, ModelBehaviorError: as :meth:`HTTPProvider.post_json`.
         """
-        data = await self.provider.post_json("messages", anthropic_payload(req, self.default_max_tokens))
+        data = await self.provider.post_json(
+            "messages", anthropic_payload(req, self.default_max_tokens)
+        )
         try:
             return anthropic_response(data, req.model)
         except ModelBehaviorError as exc:
@@ -589,7 +668,9 @@ class AnthropicModel:
         raise self.provider.rewrap(failure)
 
 
-def anthropic_payload(req: ModelRequest, default_max_tokens: int = ANTHROPIC_DEFAULT_MAX_TOKENS) -> dict[str, Any]:
+def anthropic_payload(
+    req: ModelRequest, default_max_tokens: int = ANTHROPIC_DEFAULT_MAX_TOKENS
+) -> dict[str, Any]:
     """The Messages API request body for ``req`` (consecutive same-role turns merged)."""
     turns: list[dict[str, Any]] = []
     for m in req.messages:
@@ -602,22 +683,37 @@ def anthropic_payload(req: ModelRequest, default_max_tokens: int = ANTHROPIC_DEF
             turns[-1]["content"].extend(blocks)
         else:
             turns.append({"role": role, "content": blocks})
-    payload: dict[str, Any] = {"model": req.model, "max_tokens": req.max_tokens or default_max_tokens, "messages": turns}
+    payload: dict[str, Any] = {
+        "model": req.model,
+        "max_tokens": req.max_tokens or default_max_tokens,
+        "messages": turns,
+    }
     system = "\n\n".join(m.content for m in req.messages if m.role is Role.SYSTEM and m.content)
     if system:
         payload["system"] = system
     if req.tools:
-        payload["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.parameters} for t in req.tools]
+        payload["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": t.parameters}
+            for t in req.tools
+        ]
     return payload
 
 
 def _anthropic_blocks(m: Message) -> tuple[str, list[dict[str, Any]]]:
     if m.role is Role.TOOL:
-        block = {"type": "tool_result", "tool_use_id": m.tool_call_id or "", "content": m.content, "is_error": m.is_error}
+        block = {
+            "type": "tool_result",
+            "tool_use_id": m.tool_call_id or "",
+            "content": m.content,
+            "is_error": m.is_error,
+        }
         return "user", [block]
     blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
     if m.role is Role.ASSISTANT:
-        blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls]
+        blocks += [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments}
+            for c in m.tool_calls
+        ]
         return "assistant", blocks
     return "user", blocks
 
@@ -629,7 +725,9 @@ def anthropic_response(data: dict[str, Any], model: str = "") -> ModelResponse:
         ModelBehaviorError: an error object, no content list, or a broken ``tool_use`` block.
     """
     if data.get("type") == "error":
-        raise ModelBehaviorError(f"response carries an error: {_summarize_body(json.dumps(data), 'application/json')}")
+        raise ModelBehaviorError(
+            f"response carries an error: {_summarize_body(json.dumps(data), 'application/json')}"
+        )
     content = data.get("content")
     if not isinstance(content, list):
         raise ModelBehaviorError("response has no content list")
@@ -642,9 +740,18 @@ def anthropic_response(data: dict[str, Any], model: str = "") -> ModelResponse:
         elif kind == "tool_use":
             if not isinstance(block.get("name"), str) or not isinstance(block.get("input"), dict):
                 raise ModelBehaviorError(f"tool_use block {i} needs a name and an object input")
-            calls.append(ToolCall(id=str(block.get("id") or f"toolu_{i}"), name=block["name"], arguments=block["input"]))
+            calls.append(
+                ToolCall(
+                    id=str(block.get("id") or f"toolu_{i}"),
+                    name=block["name"],
+                    arguments=block["input"],
+                )
+            )
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-    input_tokens = sum(_count(usage.get(k)) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"))
+    input_tokens = sum(
+        _count(usage.get(k))
+        for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
     return ModelResponse(
         text="".join(texts),
         tool_calls=tuple(calls),
@@ -659,7 +766,11 @@ def anthropic_response(data: dict[str, Any], model: str = "") -> ModelResponse:
 
 
 def build_provider(
-    name: str, cfg: ProviderConfig, config_path: str | None = None, *, transport: httpx.AsyncBaseTransport | None = None
+    name: str,
+    cfg: ProviderConfig,
+    config_path: str | None = None,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> tuple[Model, Callable[[], Any]]:
     """Build the shared model client of one ``openai`` or ``anthropic`` provider entry.
 
@@ -681,11 +792,18 @@ def build_provider(
     """
     where = f"providers.{name}"
     if cfg.kind not in ("openai", "anthropic"):
-        raise ConfigError(f"provider kind {cfg.kind!r} is not an HTTP provider", config_path, f"{where}.kind")
+        raise ConfigError(
+            f"provider kind {cfg.kind!r} is not an HTTP provider", config_path, f"{where}.kind"
+        )
     base_url = _check_base_url(cfg.base_url or ANTHROPIC_BASE_URL, config_path, f"{where}.base_url")
     key_env = cfg.api_key_env or ("ANTHROPIC_API_KEY" if cfg.kind == "anthropic" else None)
     key = _read_key(name, key_env, config_path, f"{where}.api_key_env") if key_env else None
-    common = {"name": name, "secrets": (key,) if key else (), "timeout_s": cfg.timeout_s, "max_connections": cfg.max_connections}
+    common = {
+        "name": name,
+        "secrets": (key,) if key else (),
+        "timeout_s": cfg.timeout_s,
+        "max_connections": cfg.max_connections,
+    }
     if cfg.kind == "openai":
         headers = {"authorization": f"Bearer {key}"} if key else {}
         provider = HTTPProvider(base_url=base_url, headers=headers, transport=transport, **common)
@@ -703,14 +821,24 @@ def _check_base_url(url: str, config_path: str | None, key: str) -> str:
     except httpx.InvalidURL as exc:
         raise ConfigError(f"base_url {url!r} is not a URL ({exc})", config_path, key) from exc
     if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ConfigError(f"base_url {url!r} must be an http:// or https:// URL with a host", config_path, key)
+        raise ConfigError(
+            f"base_url {url!r} must be an http:// or https:// URL with a host", config_path, key
+        )
     return url
 
 
 def _read_key(name: str, env: str, config_path: str | None, key: str) -> str:
     value = os.environ.get(env)
     if value is None:
-        raise ConfigError(f"environment variable {env} is not set; set it to the API key of provider {name!r}", config_path, key)
+        raise ConfigError(
+            f"environment variable {env} is not set; set it to the API key of provider {name!r}",
+            config_path,
+            key,
+        )
     if not value.strip():
-        raise ConfigError(f"environment variable {env} is empty; set it to the API key of provider {name!r}", config_path, key)
+        raise ConfigError(
+            f"environment variable {env} is empty; set it to the API key of provider {name!r}",
+            config_path,
+            key,
+        )
     return value.strip()

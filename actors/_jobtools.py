@@ -27,12 +27,19 @@ class JobControl(Protocol):
     async def job_status(self, job_id: str) -> dict[str, Any]: ...
     async def job_result(self, job_id: str) -> dict[str, Any]: ...
     async def job_cancel(self, job_id: str) -> dict[str, Any]: ...
-    async def job_block(self, job_ids: list[str], wait_seconds: float | None, timeout_seconds: float | None) -> dict[str, Any]: ...
+    async def job_block(
+        self, job_ids: list[str], wait_seconds: float | None, timeout_seconds: float | None
+    ) -> dict[str, Any]: ...
     async def list_jobs(self, **filters: Any) -> dict[str, Any]: ...
 
 
 def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+    return {
+        "type": "object",
+        "properties": props,
+        "required": required,
+        "additionalProperties": False,
+    }
 
 
 _S, _N = {"type": "string"}, {"type": "number"}
@@ -57,9 +64,21 @@ _SPECS = {
             ["description", "prompt"],
         ),
     ),
-    "job_status": ToolSpec(name="job_status", description="Status of a job.", parameters=_obj({"job_id": _S}, ["job_id"])),
-    "job_result": ToolSpec(name="job_result", description="Result of a finished job (error while it runs).", parameters=_obj({"job_id": _S}, ["job_id"])),
-    "job_cancel": ToolSpec(name="job_cancel", description="Cancel a job and its descendants (idempotent).", parameters=_obj({"job_id": _S}, ["job_id"])),
+    "job_status": ToolSpec(
+        name="job_status",
+        description="Status of a job.",
+        parameters=_obj({"job_id": _S}, ["job_id"]),
+    ),
+    "job_result": ToolSpec(
+        name="job_result",
+        description="Result of a finished job (error while it runs).",
+        parameters=_obj({"job_id": _S}, ["job_id"]),
+    ),
+    "job_cancel": ToolSpec(
+        name="job_cancel",
+        description="Cancel a job and its descendants (idempotent).",
+        parameters=_obj({"job_id": _S}, ["job_id"]),
+    ),
     "job_block": ToolSpec(
         name="job_block",
         description="Wait for jobs to finish, or until the time is up; returns their current statuses.",
@@ -97,7 +116,13 @@ class _Tools:
         records = [await self.control.job_result(j) for j in ids]
         if len(records) == 1:
             return _summarise(records[0])
-        return json.dumps([{k: r[k] for k in ("job_id", "clone_index", "status", "result", "error")} for r in records], default=str)
+        return json.dumps(
+            [
+                {k: r[k] for k in ("job_id", "clone_index", "status", "result", "error")}
+                for r in records
+            ],
+            default=str,
+        )
 
     async def job_status(self, args: dict[str, Any], ctx: ToolContext) -> str:
         return _text(await self.control.job_status(str(args["job_id"])))
@@ -110,7 +135,9 @@ class _Tools:
 
     async def job_block(self, args: dict[str, Any], ctx: ToolContext) -> str:
         ids = [str(j) for j in args.get("job_ids", [])]
-        return _text(await self.control.job_block(ids, args.get("wait_seconds"), args.get("timeout_seconds")))
+        return _text(
+            await self.control.job_block(ids, args.get("wait_seconds"), args.get("timeout_seconds"))
+        )
 
     async def list_jobs(self, args: dict[str, Any], ctx: ToolContext) -> str:
         filters = {k: args[k] for k in ("status", "batch", "agent", "parent") if args.get(k)}

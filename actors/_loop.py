@@ -41,19 +41,35 @@ _CONTROL_SPECS = {
     "progress_update": ToolSpec(
         name="progress_update",
         description="Record a brief status snapshot for the caller (not a result channel).",
-        parameters={"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]},
+        parameters={
+            "type": "object",
+            "properties": {"summary": {"type": "string"}},
+            "required": ["summary"],
+        },
     ),
     "tool_search": ToolSpec(
         name="tool_search",
         description="Look up deferred tools by name or keyword; found tools become callable.",
-        parameters={"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+        parameters={
+            "type": "object",
+            "properties": {"query": {"type": "string"}},
+            "required": ["query"],
+        },
     ),
     "skill": ToolSpec(
         name="skill",
         description="Load one of your available skills by name; its instructions stay with you for the run.",
-        parameters={"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        parameters={
+            "type": "object",
+            "properties": {"name": {"type": "string"}},
+            "required": ["name"],
+        },
     ),
-    "switch_facet": ToolSpec(name="switch_facet", description="Not available to subagents.", parameters={"type": "object"}),
+    "switch_facet": ToolSpec(
+        name="switch_facet",
+        description="Not available to subagents.",
+        parameters={"type": "object"},
+    ),
 }
 _SUMMARY, _PROGRESS = "[summary of earlier work]", "[latest progress]"
 _SUMMARY_LINES = 40
@@ -120,7 +136,9 @@ class Clone:
         self.usage = Usage()
         self.turns = 0
         self.progress: dict[str, Any] | None = None
-        self.model_name: str | None = spec.candidates[spec.start % len(spec.candidates)] if spec.candidates else None
+        self.model_name: str | None = (
+            spec.candidates[spec.start % len(spec.candidates)] if spec.candidates else None
+        )
         self.warnings: list[str] = list(spec.warnings)
         self._cancel_requested = False
 
@@ -137,7 +155,9 @@ class Clone:
         if not self.spec.undeferred_tools:
             return set(self.tools)
         # Job-control tools are never deferred: a spawning subagent always sees them.
-        return {n for n in self.spec.undeferred_tools if n in self.tools} | (set(JOB_TOOL_NAMES) & set(self.tools))
+        return {n for n in self.spec.undeferred_tools if n in self.tools} | (
+            set(JOB_TOOL_NAMES) & set(self.tools)
+        )
 
     def _initial_messages(self) -> list[Message]:
         system = f"{BASE_PROMPT}\n\n{self.spec.instructions}".rstrip()
@@ -145,7 +165,10 @@ class Clone:
         if deferred:
             system += "\n\nDeferred tools (load with tool_search): " + ", ".join(deferred)
         msgs = [Message(role=Role.SYSTEM, content=system, pinned=True)]
-        msgs += [Message(role=Role.USER, content=f"[skill {name}]\n{body}", pinned=True) for name, body in self.spec.skills]
+        msgs += [
+            Message(role=Role.USER, content=f"[skill {name}]\n{body}", pinned=True)
+            for name, body in self.spec.skills
+        ]
         # The task is pinned too: compaction summarises the work, never the instruction itself.
         msgs.append(Message(role=Role.USER, content=self.spec.task, pinned=True))
         return msgs
@@ -172,7 +195,12 @@ class Clone:
         Returns:
             the :class:`RunResult`; a run never raises for model or tool failures.
         """
-        self._emit("started", agent=self.spec.agent, clone_index=self.spec.clone_index, model=self.model_name)
+        self._emit(
+            "started",
+            agent=self.spec.agent,
+            clone_index=self.spec.clone_index,
+            model=self.model_name,
+        )
         try:
             ending = await self._turns()
         except asyncio.CancelledError:
@@ -221,7 +249,12 @@ class Clone:
             model=self.model_name or "",
             messages=tuple(self.messages),
             tools=tuple(visible + control),
-            metadata={"clone_index": self.spec.clone_index, "batch_id": self.spec.batch_id, "job_id": self.spec.job_id, "agent": self.spec.agent},
+            metadata={
+                "clone_index": self.spec.clone_index,
+                "batch_id": self.spec.batch_id,
+                "job_id": self.spec.job_id,
+                "agent": self.spec.agent,
+            },
         )
         before = getattr(self.model, "current", None)
         try:
@@ -234,7 +267,9 @@ class Clone:
         self.usage = self.usage + response.usage
         self.model_name = response.model or before or self.model_name
         self._emit("usage", turn=self.turns, model=self.model_name, **response.usage.to_json())
-        self.messages.append(Message(role=Role.ASSISTANT, content=response.text, tool_calls=response.tool_calls))
+        self.messages.append(
+            Message(role=Role.ASSISTANT, content=response.text, tool_calls=response.tool_calls)
+        )
         if response.text:
             self._emit("assistant", text=response.text[:2000])
         return response
@@ -242,10 +277,18 @@ class Clone:
     def _skill_spec(self) -> ToolSpec:
         listing = "; ".join(f"{n}: {d}" for n, (d, _) in sorted(self.skill_catalog.items()))
         base = _CONTROL_SPECS["skill"]
-        return ToolSpec(name="skill", description=f"{base.description} Available: {listing}", parameters=base.parameters)
+        return ToolSpec(
+            name="skill",
+            description=f"{base.description} Available: {listing}",
+            parameters=base.parameters,
+        )
 
     def _exit_spec(self) -> ToolSpec:
-        return ToolSpec(name="exit_tool", description="Finish the task and return your result.", parameters=self.spec.exit_schema)
+        return ToolSpec(
+            name="exit_tool",
+            description="Finish the task and return your result.",
+            parameters=self.spec.exit_schema,
+        )
 
     def _decide(self, response: ModelResponse) -> _Ending | None:
         if response.refusal:
@@ -253,7 +296,9 @@ class Clone:
         if response.tool_calls:
             return None
         if self.spec.exit_schema_declared:
-            self.warnings.append("the subagent finished without calling exit_tool: the declared structured result was not produced")
+            self.warnings.append(
+                "the subagent finished without calling exit_tool: the declared structured result was not produced"
+            )
         return _Ending(StopReason.COMPLETED, result=response.text, outcome=Outcome.SUCCESS)
 
     async def _run_tools(self, calls: Sequence[ToolCall]) -> _Ending | None:
@@ -282,12 +327,16 @@ class Clone:
             text, is_error = await self._dispatch(call), False
         except ToolRetry as exc:
             text, is_error = f"Error: {exc}", True
-        except Exception as exc:  # a failing tool is the model's problem to work around, not the run's end
+        except (
+            Exception
+        ) as exc:  # a failing tool is the model's problem to work around, not the run's end
             text, is_error = f"Error: {type(exc).__name__}: {exc}", True
         self._emit("tool_call_end", tool=call.name, call_id=call.id, is_error=is_error)
         if call.name != "exit_tool":
             self.judge.note_other_activity()
-        return Message(role=Role.TOOL, content=text, tool_call_id=call.id, name=call.name, is_error=is_error)
+        return Message(
+            role=Role.TOOL, content=text, tool_call_id=call.id, name=call.name, is_error=is_error
+        )
 
     async def _dispatch(self, call: ToolCall) -> str:
         if call.name == "progress_update":
@@ -297,7 +346,9 @@ class Clone:
         if call.name == "skill" and self.skill_catalog:
             return self._load_skill(str(call.arguments.get("name", "")))
         if call.name == "switch_facet":
-            raise ToolRetry("switch_facet is not available to subagents: a subagent's facet is fixed for the run")
+            raise ToolRetry(
+                "switch_facet is not available to subagents: a subagent's facet is fixed for the run"
+            )
         tool = self.tools.get(call.name)
         if tool is None or call.name not in self._visible:
             hint = " (it is deferred: load it with tool_search)" if tool is not None else ""
@@ -321,16 +372,27 @@ class Clone:
             found = [t for n, t in deferred.items() if n in wanted]
         else:
             words = [w for w in q.lower().split() if w]
-            found = [t for n, t in deferred.items() if any(w in n.lower() or w in t.spec.description.lower() for w in words)]
+            found = [
+                t
+                for n, t in deferred.items()
+                if any(w in n.lower() or w in t.spec.description.lower() for w in words)
+            ]
         self._visible.update(t.name for t in found)
         if not found:
             names = ", ".join(sorted(deferred)) or "none"
             return f"no deferred tool matches {query!r}; deferred tools: {names}"
-        return json.dumps([{"name": t.name, "description": t.spec.description, "parameters": t.spec.parameters} for t in found])
+        return json.dumps(
+            [
+                {"name": t.name, "description": t.spec.description, "parameters": t.spec.parameters}
+                for t in found
+            ]
+        )
 
     def _load_skill(self, name: str) -> str:
         if name not in self.skill_catalog:
-            raise ToolRetry(f"unknown skill {name!r}; available: {', '.join(sorted(self.skill_catalog))}")
+            raise ToolRetry(
+                f"unknown skill {name!r}; available: {', '.join(sorted(self.skill_catalog))}"
+            )
         body = self.skill_catalog[name][1]
         self._loaded_skills[name] = body
         return f"[skill {name}]\n{body}"
@@ -342,17 +404,27 @@ class Clone:
         if decision.verdict is Verdict.ACCEPT:
             ending = _Ending(StopReason.COMPLETED, result=call.arguments, outcome=decision.outcome)
         elif decision.verdict is Verdict.SALVAGE:
-            ending = _Ending(StopReason.COMPLETED, result=call.arguments, outcome=Outcome.SUCCESS, salvaged=True)
+            ending = _Ending(
+                StopReason.COMPLETED, result=call.arguments, outcome=Outcome.SUCCESS, salvaged=True
+            )
         elif decision.verdict is Verdict.BREAK:
             ending = _Ending(StopReason.ABNORMAL, detail=decision.error or "no progress")
         is_error = decision.verdict in (Verdict.RETRY, Verdict.BREAK)
         self._emit("tool_call_end", tool="exit_tool", call_id=call.id, is_error=is_error)
         text = decision.error if is_error else "accepted"
-        return Message(role=Role.TOOL, content=text or "", tool_call_id=call.id, name="exit_tool", is_error=is_error), ending
+        return Message(
+            role=Role.TOOL,
+            content=text or "",
+            tool_call_id=call.id,
+            name="exit_tool",
+            is_error=is_error,
+        ), ending
 
     async def _after_turn(self) -> None:
         if self._checkpoint is not None:
-            await self._checkpoint({"turns": self.turns, "messages": len(self.messages), "progress": self.progress})
+            await self._checkpoint(
+                {"turns": self.turns, "messages": len(self.messages), "progress": self.progress}
+            )
 
     def _budget_check(self) -> _Ending | None:
         if self.turns >= self.spec.max_turns:
@@ -375,7 +447,9 @@ class Clone:
         """
         if self.context_tokens() <= self.spec.context_budget_tokens:
             return
-        pinned = [m for m in self.messages if m.pinned and not m.content.startswith((_SUMMARY, _PROGRESS))]
+        pinned = [
+            m for m in self.messages if m.pinned and not m.content.startswith((_SUMMARY, _PROGRESS))
+        ]
         rest = [m for m in self.messages if not m.pinned]
         keep = _tail_from_user(rest, 4)
         dropped = rest[: len(rest) - len(keep)]
@@ -385,7 +459,9 @@ class Clone:
         if len(self._summary) > _SUMMARY_LINES:  # keep how it started and what happened last
             head, tail = _SUMMARY_LINES // 4, _SUMMARY_LINES - _SUMMARY_LINES // 4 - 1
             self._summary = [*self._summary[:head], "...", *self._summary[-tail:]]
-        extra = [Message(role=Role.USER, content=f"{_SUMMARY}\n" + "\n".join(self._summary), pinned=True)]
+        extra = [
+            Message(role=Role.USER, content=f"{_SUMMARY}\n" + "\n".join(self._summary), pinned=True)
+        ]
         pinned_text = {m.content for m in pinned}
         extra += [
             Message(role=Role.USER, content=f"[skill {n}]\n{b}", pinned=True)
@@ -393,7 +469,11 @@ class Clone:
             if f"[skill {n}]\n{b}" not in pinned_text
         ]
         if self.progress is not None:
-            extra.append(Message(role=Role.USER, content=f"{_PROGRESS} {json.dumps(self.progress)}", pinned=True))
+            extra.append(
+                Message(
+                    role=Role.USER, content=f"{_PROGRESS} {json.dumps(self.progress)}", pinned=True
+                )
+            )
         self.messages = pinned + extra + keep
         self._emit("compaction", dropped=len(dropped), tokens=self.context_tokens())
 
@@ -401,8 +481,14 @@ class Clone:
     def _finish(self, ending: _Ending) -> RunResult:
         reason = ending.reason
         completed = reason is StopReason.COMPLETED
-        status = {StopReason.COMPLETED: "completed", StopReason.CANCELLED: "cancelled"}.get(reason, "failed")
-        outcome = ending.outcome if completed else (Outcome.CANCELLED if reason is StopReason.CANCELLED else Outcome.FAILURE)
+        status = {StopReason.COMPLETED: "completed", StopReason.CANCELLED: "cancelled"}.get(
+            reason, "failed"
+        )
+        outcome = (
+            ending.outcome
+            if completed
+            else (Outcome.CANCELLED if reason is StopReason.CANCELLED else Outcome.FAILURE)
+        )
         concerns = ("exit payload salvaged after unrecognised status",) if ending.salvaged else ()
         if ending.salvaged:
             self.warnings.append("exit payload salvaged: status outside the recognised families")
@@ -426,7 +512,14 @@ class Clone:
         )
         if not completed and ending.detail:
             self._emit("error", stop_reason=str(reason), detail=ending.detail[:2000])
-        self._emit("result", **{k: v for k, v in result.to_json().items() if k in ("status", "stop_reason", "outcome", "error")})
+        self._emit(
+            "result",
+            **{
+                k: v
+                for k, v in result.to_json().items()
+                if k in ("status", "stop_reason", "outcome", "error")
+            },
+        )
         return result
 
 
@@ -456,4 +549,3 @@ def _tail_from_user(messages: list[Message], n: int) -> list[Message]:
     while start > 0 and messages[start].role is Role.TOOL:
         start -= 1
     return messages[start:]
-

@@ -39,12 +39,18 @@ class ProviderPool:
         if cfg.kind == "simulated":
             opts = cfg.simulated
             script = self.sim_script or (SimScript.load(opts.script) if opts.script else None)
-            brain = SimBrain(script=script, seed=opts.seed, fail_rate=opts.fail_rate, rate_429=opts.rate_429)
+            brain = SimBrain(
+                script=script, seed=opts.seed, fail_rate=opts.fail_rate, rate_429=opts.rate_429
+            )
             return SimulatedModel(brain, latency_ms=opts.latency_ms)
         try:
             from . import _http
         except ImportError as exc:  # pragma: no cover - packaging problem
-            raise ConfigError(f"provider kind {cfg.kind!r} is unavailable: {exc}", self.config.path, f"providers.{name}") from exc
+            raise ConfigError(
+                f"provider kind {cfg.kind!r} is unavailable: {exc}",
+                self.config.path,
+                f"providers.{name}",
+            ) from exc
         model, closer = _http.build_provider(name, cfg, config_path=self.config.path)
         self._closers.append(closer)
         return model

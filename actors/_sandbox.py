@@ -49,7 +49,9 @@ def resolve_inside(root: Path, path: str) -> Path:
     return real
 
 
-def open_checked(root: Path, real: Path, flags: int, *, make_parents: bool = False, mode: int = 0o644) -> int:
+def open_checked(
+    root: Path, real: Path, flags: int, *, make_parents: bool = False, mode: int = 0o644
+) -> int:
     """Open ``real`` (a result of :func:`resolve_inside`) without following any symbolic link.
 
     The walk starts at a descriptor of the launch directory and opens each component relative to
@@ -90,9 +92,13 @@ def open_checked(root: Path, real: Path, flags: int, *, make_parents: bool = Fal
             os.close(fd)
 
 
-def open_inside(root: Path, path: str, flags: int, *, make_parents: bool = False, mode: int = 0o644) -> int:
+def open_inside(
+    root: Path, path: str, flags: int, *, make_parents: bool = False, mode: int = 0o644
+) -> int:
     """:func:`resolve_inside` then :func:`open_checked`: a descriptor of ``path`` in the launch directory."""
-    return open_checked(root, resolve_inside(root, path), flags, make_parents=make_parents, mode=mode)
+    return open_checked(
+        root, resolve_inside(root, path), flags, make_parents=make_parents, mode=mode
+    )
 
 
 def _step_into(fd: int, part: str, make_parents: bool, real: Path) -> int:
@@ -114,8 +120,12 @@ def _open(name: str | Path, flags: int, dir_fd: int | None, real: Path, mode: in
     try:
         return os.open(name, flags, mode, dir_fd=dir_fd)
     except OSError as exc:
-        if exc.errno in _SWAPPED and os.path.islink(real if dir_fd is None else _joined(dir_fd, name)):
-            raise ToolRetry(f"{real.name}: a symbolic link appeared on the path after it was checked; refused") from exc
+        if exc.errno in _SWAPPED and os.path.islink(
+            real if dir_fd is None else _joined(dir_fd, name)
+        ):
+            raise ToolRetry(
+                f"{real.name}: a symbolic link appeared on the path after it was checked; refused"
+            ) from exc
         raise ToolRetry(f"cannot open {real.name}: {exc.strerror}") from exc
 
 

@@ -23,7 +23,19 @@ from ._types import ModelRequest, ModelResponse, Role, ToolCall, Usage
 __all__ = ["SimBrain", "SimScript", "SimStep", "SimulatedModel", "instance_from_schema"]
 
 _SUCCESS_WORDS = ("success", "ok", "done", "completed")
-_STEP_KEYS = {"tool", "args", "text", "error", "retry_after", "hang", "drip", "malformed", "latency_ms", "refuse", "html"}
+_STEP_KEYS = {
+    "tool",
+    "args",
+    "text",
+    "error",
+    "retry_after",
+    "hang",
+    "drip",
+    "malformed",
+    "latency_ms",
+    "refuse",
+    "html",
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,16 +87,24 @@ class SimScript:
     @classmethod
     def from_data(cls, data: Any, path: str = "<script>") -> SimScript:
         if not isinstance(data, dict) or not set(data) <= {"default", "clones", "agents"}:
-            raise ConfigError("a script is a mapping with `default`, `clones` and/or `agents`", path)
+            raise ConfigError(
+                "a script is a mapping with `default`, `clones` and/or `agents`", path
+            )
         clones_raw = data.get("clones") or {}
         if not isinstance(clones_raw, dict):
             raise ConfigError("`clones` maps a clone index to a list of steps", path, "clones")
         clones = {_index(k, path): _steps(v, path, f"clones.{k}") for k, v in clones_raw.items()}
         agents_raw = data.get("agents") or {}
-        if not isinstance(agents_raw, dict) or any(not isinstance(v, dict) or "agents" in v for v in agents_raw.values()):
-            raise ConfigError("`agents` maps a definition name to a script without `agents`", path, "agents")
+        if not isinstance(agents_raw, dict) or any(
+            not isinstance(v, dict) or "agents" in v for v in agents_raw.values()
+        ):
+            raise ConfigError(
+                "`agents` maps a definition name to a script without `agents`", path, "agents"
+            )
         agents = {str(name): cls.from_data(sub, path) for name, sub in agents_raw.items()}
-        return cls(default=_steps(data.get("default") or [], path, "default"), clones=clones, agents=agents)
+        return cls(
+            default=_steps(data.get("default") or [], path, "default"), clones=clones, agents=agents
+        )
 
     def steps_for(self, clone_index: int, agent: str | None = None) -> tuple[SimStep, ...] | None:
         if agent is not None and agent in self.agents:
@@ -98,7 +118,9 @@ def _index(raw: Any, path: str) -> int:
     try:
         index = int(raw)
     except (TypeError, ValueError):
-        raise ConfigError(f"clone index {raw!r} is not a whole number", path, f"clones.{raw}") from None
+        raise ConfigError(
+            f"clone index {raw!r} is not a whole number", path, f"clones.{raw}"
+        ) from None
     if index < 0 or isinstance(raw, bool):
         raise ConfigError(f"clone index {raw!r} must be 0 or more", path, f"clones.{raw}")
     return index
@@ -121,14 +143,34 @@ def _steps(raw: Any, path: str, key: str) -> tuple[SimStep, ...]:
     out = []
     for i, step in enumerate(raw):
         if not isinstance(step, dict) or not set(step) <= _STEP_KEYS:
-            raise ConfigError(f"step {i} must be a mapping of {sorted(_STEP_KEYS)}", path, f"{key}.{i}")
+            raise ConfigError(
+                f"step {i} must be a mapping of {sorted(_STEP_KEYS)}", path, f"{key}.{i}"
+            )
         for name, value in step.items():
             kinds = _STEP_TYPES[name]
-            if value is not None and (not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool))):
-                raise ConfigError(f"step {i}: `{name}` must be {' or '.join(k.__name__ for k in kinds)}", path, f"{key}.{i}.{name}")
+            if value is not None and (
+                not isinstance(value, kinds) or (bool not in kinds and isinstance(value, bool))
+            ):
+                raise ConfigError(
+                    f"step {i}: `{name}` must be {' or '.join(k.__name__ for k in kinds)}",
+                    path,
+                    f"{key}.{i}.{name}",
+                )
         if step.get("error") is not None and not 400 <= step["error"] <= 599:
-            raise ConfigError(f"step {i}: `error` must be an HTTP error status (400-599)", path, f"{key}.{i}.error")
-        out.append(SimStep(**{k: v for k, v in step.items() if v is not None or k in ("error", "retry_after", "latency_ms")}))
+            raise ConfigError(
+                f"step {i}: `error` must be an HTTP error status (400-599)",
+                path,
+                f"{key}.{i}.error",
+            )
+        out.append(
+            SimStep(
+                **{
+                    k: v
+                    for k, v in step.items()
+                    if v is not None or k in ("error", "retry_after", "latency_ms")
+                }
+            )
+        )
     return tuple(out)
 
 
@@ -179,7 +221,14 @@ def _scalar(kind: str, summary: str, schema: dict[str, Any]) -> Any:
 class SimBrain:
     """Decides the simulated model's answer to one request (pure apart from a step counter)."""
 
-    def __init__(self, *, script: SimScript | None = None, seed: int = 0, fail_rate: float = 0.0, rate_429: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        script: SimScript | None = None,
+        seed: int = 0,
+        fail_rate: float = 0.0,
+        rate_429: float = 0.0,
+    ) -> None:
         self.script, self.seed, self.fail_rate, self.rate_429 = script, seed, fail_rate, rate_429
         self._attempts: dict[str, int] = {}
 
@@ -194,7 +243,13 @@ class SimBrain:
             return SimStep(error=429, retry_after=0)
         if roll < self.rate_429 + self.fail_rate:
             return SimStep(error=503)
-        steps = self.script.steps_for(int(req.metadata.get("clone_index", 0)), req.metadata.get("agent")) if self.script else None
+        steps = (
+            self.script.steps_for(
+                int(req.metadata.get("clone_index", 0)), req.metadata.get("agent")
+            )
+            if self.script
+            else None
+        )
         if steps is not None:
             if attempt < len(steps):
                 return steps[attempt]
@@ -208,7 +263,9 @@ class SimBrain:
         called = {c.name for m in req.messages for c in m.tool_calls}
         tool_names = {t.name for t in req.tools}
         if "progress_update" in tool_names and "progress_update" not in called:
-            return SimStep(tool="progress_update", args={"summary": f"clone {index}: working on the task"})
+            return SimStep(
+                tool="progress_update", args={"summary": f"clone {index}: working on the task"}
+            )
         summary = f"clone {index} ({req.model}) finished: {first_line}"
         exit_spec = next((t for t in req.tools if t.name == "exit_tool"), None)
         if exit_spec is None:
@@ -229,14 +286,20 @@ def step_to_response(step: SimStep, req: ModelRequest, call_number: int) -> Mode
     words = sum(len(m.content.split()) for m in req.messages)
     out = len((step.text or "").split()) + 8 * len(calls)
     return ModelResponse(
-        text=step.text or "", tool_calls=calls, usage=Usage(input_tokens=words, output_tokens=out), model=req.model, refusal=step.refuse
+        text=step.text or "",
+        tool_calls=calls,
+        usage=Usage(input_tokens=words, output_tokens=out),
+        model=req.model,
+        refusal=step.refuse,
     )
 
 
 class SimulatedModel:
     """The simulated provider in-process: no network, deterministic per (batch, clone index)."""
 
-    def __init__(self, brain: SimBrain | None = None, *, latency_ms: float = 0.0, hang_s: float = 3600.0) -> None:
+    def __init__(
+        self, brain: SimBrain | None = None, *, latency_ms: float = 0.0, hang_s: float = 3600.0
+    ) -> None:
         self.brain = brain or SimBrain()
         self.latency_ms, self.hang_s = latency_ms, hang_s
         self._calls = 0

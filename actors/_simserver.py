@@ -31,9 +31,27 @@ from ._types import Message, ModelRequest, ModelResponse, Role, ToolCall, ToolSp
 __all__ = ["SIM_SERVER", "SimServer", "serve_main", "start_server"]
 
 MODEL_IDS = ("sim-small", "sim-large")
-_REASONS = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 429: "Too Many Requests"}
-_REASONS.update({500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout"})
-_ERROR_TYPES = {401: "invalid_api_key", 403: "permission_denied", 429: "rate_limit_exceeded", 400: "invalid_request_error"}
+_REASONS = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    429: "Too Many Requests",
+}
+_REASONS.update(
+    {
+        500: "Internal Server Error",
+        502: "Bad Gateway",
+        503: "Service Unavailable",
+        504: "Gateway Timeout",
+    }
+)
+_ERROR_TYPES = {
+    401: "invalid_api_key",
+    403: "permission_denied",
+    429: "rate_limit_exceeded",
+    400: "invalid_request_error",
+}
 
 
 class SimServer:
@@ -47,7 +65,12 @@ class SimServer:
     """
 
     def __init__(
-        self, brain: SimBrain, *, latency_ms: float = 0.0, drip_interval_s: float = 0.05, hang_s: float = 3600.0
+        self,
+        brain: SimBrain,
+        *,
+        latency_ms: float = 0.0,
+        drip_interval_s: float = 0.05,
+        hang_s: float = 3600.0,
     ) -> None:
         self.brain = brain
         self.latency_ms, self.drip_interval_s, self.hang_s = latency_ms, drip_interval_s, hang_s
@@ -75,7 +98,9 @@ class SimServer:
         self._stopping.set()
 
     async def _models(self, _request: web.Request) -> web.Response:
-        data = [{"id": m, "object": "model", "created": 0, "owned_by": "clonefleet"} for m in MODEL_IDS]
+        data = [
+            {"id": m, "object": "model", "created": 0, "owned_by": "clonefleet"} for m in MODEL_IDS
+        ]
         return web.json_response({"object": "list", "data": data})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
@@ -87,7 +112,9 @@ class SimServer:
             self.outcomes["bad request"] += 1
             return _error(400, f"invalid chat-completions request: {exc}")
         if "clone_index" in req.metadata:
-            self.first_request_at.setdefault(f"{req.metadata['batch_id']}/{req.metadata['clone_index']}", arrived)
+            self.first_request_at.setdefault(
+                f"{req.metadata['batch_id']}/{req.metadata['clone_index']}", arrived
+            )
         step = self.brain.next_step(req)
         delay_ms = step.latency_ms if step.latency_ms is not None else self.latency_ms
         if delay_ms:
@@ -95,7 +122,9 @@ class SimServer:
         if step.is_fault:
             return await self._fault(step, request)
         self.outcomes["ok"] += 1
-        return web.json_response(response_to_openai(step_to_response(step, req, self.requests), req.model, self.requests))
+        return web.json_response(
+            response_to_openai(step_to_response(step, req, self.requests), req.model, self.requests)
+        )
 
     async def _fault(self, step: SimStep, request: web.Request) -> web.StreamResponse:
         if step.hang:
@@ -116,7 +145,9 @@ class SimServer:
         headers = {"Retry-After": f"{step.retry_after:g}"} if step.retry_after is not None else {}
         if step.html:
             self.outcomes[f"html {status}"] += 1
-            return web.Response(status=status, text=_html_page(status), content_type="text/html", headers=headers)
+            return web.Response(
+                status=status, text=_html_page(status), content_type="text/html", headers=headers
+            )
         self.outcomes[f"error {status}"] += 1
         return _error(status, "simulated failure", headers)
 
@@ -165,7 +196,11 @@ def request_from_openai(body: Any) -> ModelRequest:
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
         raise ValueError("the body needs a `messages` list")
     tools = tuple(
-        ToolSpec(name=f["name"], description=f.get("description") or "", parameters=f.get("parameters") or {})
+        ToolSpec(
+            name=f["name"],
+            description=f.get("description") or "",
+            parameters=f.get("parameters") or {},
+        )
         for f in (t.get("function", {}) for t in body.get("tools") or [])
     )
     return ModelRequest(
@@ -182,10 +217,19 @@ def _message(raw: dict[str, Any]) -> Message:
     if isinstance(content, list):
         content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
     calls = tuple(
-        ToolCall(id=str(c.get("id", "")), name=c["function"]["name"], arguments=_arguments(c["function"].get("arguments")))
+        ToolCall(
+            id=str(c.get("id", "")),
+            name=c["function"]["name"],
+            arguments=_arguments(c["function"].get("arguments")),
+        )
         for c in raw.get("tool_calls") or []
     )
-    return Message(role=Role(raw["role"]), content=content or "", tool_calls=calls, tool_call_id=raw.get("tool_call_id"))
+    return Message(
+        role=Role(raw["role"]),
+        content=content or "",
+        tool_calls=calls,
+        tool_call_id=raw.get("tool_call_id"),
+    )
 
 
 def _arguments(raw: Any) -> dict[str, Any]:
@@ -215,7 +259,11 @@ def response_to_openai(resp: ModelResponse, model: str, number: int) -> dict[str
         message["content"], message["refusal"] = None, resp.text or "I can't help with that."
     if resp.tool_calls:
         message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+            }
             for c in resp.tool_calls
         ]
     usage = {
@@ -228,7 +276,13 @@ def response_to_openai(resp: ModelResponse, model: str, number: int) -> dict[str
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if resp.tool_calls else "stop"}],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if resp.tool_calls else "stop",
+            }
+        ],
         "usage": usage,
     }
 
@@ -239,7 +293,9 @@ def _check_loopback(host: str) -> None:
     except ValueError:
         loopback = False
     if not loopback:
-        raise UsageError(f"the simulated provider only binds loopback addresses, not {host!r}; use 127.0.0.1")
+        raise UsageError(
+            f"the simulated provider only binds loopback addresses, not {host!r}; use 127.0.0.1"
+        )
 
 
 async def start_server(
@@ -281,7 +337,9 @@ async def start_server(
         script = SimScript.load(Path(script))
     brain = SimBrain(script=script, seed=seed, fail_rate=fail_rate, rate_429=rate_429)
     state = SimServer(brain, latency_ms=latency_ms, drip_interval_s=drip_interval_s, hang_s=hang_s)
-    runner = web.AppRunner(state.app(), handler_cancellation=True, shutdown_timeout=2.0, access_log=None)
+    runner = web.AppRunner(
+        state.app(), handler_cancellation=True, shutdown_timeout=2.0, access_log=None
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=4096)
     try:
@@ -309,7 +367,16 @@ def serve_main(
         0 after a clean stop, 2 for a bad script file, 1 when the port cannot be bound.
     """
     try:
-        return asyncio.run(_serve(port, latency_ms=latency_ms, fail_rate=fail_rate, rate_429=rate_429, script=script, seed=seed))
+        return asyncio.run(
+            _serve(
+                port,
+                latency_ms=latency_ms,
+                fail_rate=fail_rate,
+                rate_429=rate_429,
+                script=script,
+                seed=seed,
+            )
+        )
     except (ConfigError, UsageError) as exc:
         sys.stderr.write(f"error: {exc}\n")
         return 2

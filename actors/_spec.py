@@ -17,16 +17,37 @@ from ._tools import Tool
 __all__ = ["RUN_RECORD_FIELDS", "CloneSpec", "RunResult", "StopReason", "STOP_ERRORS", "run_record"]
 
 RUN_RECORD_FIELDS = (
-    "job_id", "batch_id", "agent", "clone_index", "status", "stop_reason", "outcome", "result", "salvaged",
-    "nonconforming", "concerns", "warnings", "error", "model", "turns", "usage",
+    "job_id",
+    "batch_id",
+    "agent",
+    "clone_index",
+    "status",
+    "stop_reason",
+    "outcome",
+    "result",
+    "salvaged",
+    "nonconforming",
+    "concerns",
+    "warnings",
+    "error",
+    "model",
+    "turns",
+    "usage",
 )
 """The fields of one ``run --json`` object, in order (SPEC §7)."""
 
 
 def run_record(source: Any, **overrides: Any) -> dict[str, Any]:
     """The ``run --json`` object read off any object with those attributes."""
-    out = {name: overrides[name] if name in overrides else getattr(source, name) for name in RUN_RECORD_FIELDS}
-    out["concerns"], out["warnings"], out["usage"] = list(out["concerns"]), list(out["warnings"]), dict(out["usage"])
+    out = {
+        name: overrides[name] if name in overrides else getattr(source, name)
+        for name in RUN_RECORD_FIELDS
+    }
+    out["concerns"], out["warnings"], out["usage"] = (
+        list(out["concerns"]),
+        list(out["warnings"]),
+        dict(out["usage"]),
+    )
     return out
 
 
@@ -123,7 +144,9 @@ class RunResult:
     error: str | None = None
     model: str | None = None
     turns: int = 0
-    usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0})
+    usage: dict[str, int] = field(
+        default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    )
 
     def to_json(self) -> dict[str, Any]:
         return run_record(self, status=self.status, stop_reason=str(self.stop_reason))

@@ -121,7 +121,9 @@ def _edit(root: Path, path: str, old: str, new: str) -> None:
 
 
 async def _file_edit(args: dict[str, Any], ctx: ToolContext) -> str:
-    await asyncio.to_thread(_edit, ctx.root, str(args["path"]), str(args["old_string"]), str(args["new_string"]))
+    await asyncio.to_thread(
+        _edit, ctx.root, str(args["path"]), str(args["old_string"]), str(args["new_string"])
+    )
     return f"edited {args['path']}"
 
 
@@ -132,7 +134,10 @@ def _list(root: Path, path: str) -> str:
     fd = open_checked(root, real, os.O_RDONLY | os.O_DIRECTORY)
     try:
         with os.scandir(fd) as it:
-            entries = sorted(e.name + ("@" if e.is_symlink() else "/" if e.is_dir(follow_symlinks=False) else "") for e in it)
+            entries = sorted(
+                e.name + ("@" if e.is_symlink() else "/" if e.is_dir(follow_symlinks=False) else "")
+                for e in it
+            )
     finally:
         os.close(fd)
     more = f"\n[{len(entries) - _MAX_ENTRIES} more]" if len(entries) > _MAX_ENTRIES else ""
@@ -169,7 +174,9 @@ def _walk(root: Path, base: str, pattern: str) -> list[str]:
 
 
 async def _glob(args: dict[str, Any], ctx: ToolContext) -> str:
-    found = await asyncio.to_thread(_walk, ctx.root, str(args.get("path") or "."), str(args["pattern"]))
+    found = await asyncio.to_thread(
+        _walk, ctx.root, str(args.get("path") or "."), str(args["pattern"])
+    )
     return "\n".join(found) or "no files match"
 
 
@@ -185,7 +192,9 @@ def _grep_files(root: Path, base: str, regex: re.Pattern[str], include: str) -> 
             lines = _read_fd(open_checked(root, real, os.O_RDONLY)).splitlines()
         except (ToolRetry, OSError):
             continue  # vanished, unreadable, or swapped for a link meanwhile: skip it
-        hits.extend(f"{rel}:{n}:{line[:200]}" for n, line in enumerate(lines, 1) if regex.search(line))
+        hits.extend(
+            f"{rel}:{n}:{line[:200]}" for n, line in enumerate(lines, 1) if regex.search(line)
+        )
         if len(hits) >= _MAX_HITS:
             break
     return hits[:_MAX_HITS]
@@ -197,7 +206,9 @@ async def _grep(args: dict[str, Any], ctx: ToolContext) -> str:
     except re.error as exc:
         raise ToolRetry(f"bad regular expression: {exc}") from None
     include = str(args.get("include") or "*")
-    hits = await asyncio.to_thread(_grep_files, ctx.root, str(args.get("path") or "."), regex, include)
+    hits = await asyncio.to_thread(
+        _grep_files, ctx.root, str(args.get("path") or "."), regex, include
+    )
     return "\n".join(hits) or "no matches"
 
 
@@ -236,7 +247,12 @@ def _spec(name: str, description: str, props: dict[str, Any], required: list[str
     return ToolSpec(
         name=name,
         description=description,
-        parameters={"type": "object", "properties": props, "required": required, "additionalProperties": False},
+        parameters={
+            "type": "object",
+            "properties": props,
+            "required": required,
+            "additionalProperties": False,
+        },
     )
 
 
@@ -247,22 +263,80 @@ def _s(description: str) -> dict[str, Any]:
 _PATH = _s("path relative to the launch directory")
 _DIR = _s("directory to search, relative to the launch directory (default: the launch directory)")
 _WRITE = {"path": _PATH, "content": _s("the whole new content")}
-_EDIT = {"path": _PATH, "old_string": _s("text that occurs exactly once"), "new_string": _s("its replacement")}
-_GREP = {"pattern": _s("Python regular expression"), "include": _s("file-name glob, e.g. *.py"), "path": _DIR}
+_EDIT = {
+    "path": _PATH,
+    "old_string": _s("text that occurs exactly once"),
+    "new_string": _s("its replacement"),
+}
+_GREP = {
+    "pattern": _s("Python regular expression"),
+    "include": _s("file-name glob, e.g. *.py"),
+    "path": _DIR,
+}
 BUILTIN_TOOLS: dict[str, Tool] = {
     t.name: t
     for t in (
-        Tool(spec=_spec("file_read", "Read a text file in the launch directory.", {"path": _PATH}, ["path"]), run=_file_read, parallel_safe=True),
-        Tool(spec=_spec("file_write", "Create or overwrite a file in the launch directory.", _WRITE, ["path", "content"]), run=_file_write),
-        Tool(spec=_spec("file_edit", "Replace the one exact occurrence of old_string in a file.", _EDIT, list(_EDIT)), run=_file_edit),
-        Tool(spec=_spec("list_dir", "List a directory (dirs end in /, links in @).", {"path": _PATH}, []), run=_list_dir, parallel_safe=True),
         Tool(
-            spec=_spec("glob", "Find files by glob pattern, e.g. **/*.py.", {"pattern": _s("glob pattern"), "path": _DIR}, ["pattern"]),
+            spec=_spec(
+                "file_read", "Read a text file in the launch directory.", {"path": _PATH}, ["path"]
+            ),
+            run=_file_read,
+            parallel_safe=True,
+        ),
+        Tool(
+            spec=_spec(
+                "file_write",
+                "Create or overwrite a file in the launch directory.",
+                _WRITE,
+                ["path", "content"],
+            ),
+            run=_file_write,
+        ),
+        Tool(
+            spec=_spec(
+                "file_edit",
+                "Replace the one exact occurrence of old_string in a file.",
+                _EDIT,
+                list(_EDIT),
+            ),
+            run=_file_edit,
+        ),
+        Tool(
+            spec=_spec(
+                "list_dir", "List a directory (dirs end in /, links in @).", {"path": _PATH}, []
+            ),
+            run=_list_dir,
+            parallel_safe=True,
+        ),
+        Tool(
+            spec=_spec(
+                "glob",
+                "Find files by glob pattern, e.g. **/*.py.",
+                {"pattern": _s("glob pattern"), "path": _DIR},
+                ["pattern"],
+            ),
             run=_glob,
             parallel_safe=True,
         ),
-        Tool(spec=_spec("grep", "Search file contents by regular expression; answers path:line:text.", _GREP, ["pattern"]), run=_grep, parallel_safe=True),
-        Tool(spec=_spec("shell", "Run a shell command; it starts in the launch directory.", {"command": _s("command for /bin/sh")}, ["command"]), run=_shell),
+        Tool(
+            spec=_spec(
+                "grep",
+                "Search file contents by regular expression; answers path:line:text.",
+                _GREP,
+                ["pattern"],
+            ),
+            run=_grep,
+            parallel_safe=True,
+        ),
+        Tool(
+            spec=_spec(
+                "shell",
+                "Run a shell command; it starts in the launch directory.",
+                {"command": _s("command for /bin/sh")},
+                ["command"],
+            ),
+            run=_shell,
+        ),
     )
 }
 
@@ -277,7 +351,14 @@ def _doc_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     description = " ".join(doc.split("\n\n")[0].split()) or fn.__name__
     args: dict[str, str] = {}
     lines = doc.splitlines()
-    start = next((i + 1 for i, line in enumerate(lines) if line.strip() in ("Args:", "Arguments:", "Parameters:")), len(lines))
+    start = next(
+        (
+            i + 1
+            for i, line in enumerate(lines)
+            if line.strip() in ("Args:", "Arguments:", "Parameters:")
+        ),
+        len(lines),
+    )
     entry_indent: int | None = None
     current = None
     for raw in lines[start:]:
@@ -317,12 +398,19 @@ class _FunctionRunner:
     function itself must be importable or picklable by cloudpickle).
     """
 
-    def __init__(self, fn: Callable[..., Any], name: str, ctx_param: str | None, fields: dict[str, Any]) -> None:
+    def __init__(
+        self, fn: Callable[..., Any], name: str, ctx_param: str | None, fields: dict[str, Any]
+    ) -> None:
         self.fn, self.name, self.ctx_param, self.fields = fn, name, ctx_param, fields
         self._model: type[pydantic.BaseModel] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"fn": self.fn, "name": self.name, "ctx_param": self.ctx_param, "fields": self.fields}
+        return {
+            "fn": self.fn,
+            "name": self.name,
+            "ctx_param": self.ctx_param,
+            "fields": self.fields,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _model=None)
@@ -330,14 +418,19 @@ class _FunctionRunner:
     def model(self) -> type[pydantic.BaseModel]:
         if self._model is None:
             config = pydantic.ConfigDict(extra="forbid", arbitrary_types_allowed=True)
-            self._model = pydantic.create_model(f"{self.name}_arguments", __config__=config, **self.fields)
+            self._model = pydantic.create_model(
+                f"{self.name}_arguments", __config__=config, **self.fields
+            )
         return self._model
 
     async def __call__(self, args: dict[str, Any], ctx: ToolContext) -> str:
         try:
             parsed = self.model().model_validate(args)
         except pydantic.ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors()[:5])
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}"
+                for e in exc.errors()[:5]
+            )
             raise ToolRetry(f"invalid arguments for {self.name}: {problems}") from None
         kwargs = {k: getattr(parsed, k) for k in self.fields}
         if self.ctx_param:
@@ -360,7 +453,9 @@ def _as_text(value: Any) -> str:
         return str(value)
 
 
-def tool_from_function(fn: Callable[..., Any], *, name: str | None = None, parallel_safe: bool = False) -> Tool:
+def tool_from_function(
+    fn: Callable[..., Any], *, name: str | None = None, parallel_safe: bool = False
+) -> Tool:
     """Make a tool of a Python function: its typed parameters become the arguments' JSON Schema.
 
     Type hints map as pydantic maps them (``int`` → integer, ``list[str]`` → array of strings,
@@ -383,7 +478,9 @@ def tool_from_function(fn: Callable[..., Any], *, name: str | None = None, paral
     ctx_param = None
     for pname, param in inspect.signature(fn).parameters.items():
         if param.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
-            raise TypeError(f"tool function {tool_name!r} must take named parameters only, not *{pname}")
+            raise TypeError(
+                f"tool function {tool_name!r} must take named parameters only, not *{pname}"
+            )
         hint = hints.get(pname, Any)
         if hint is ToolContext:
             ctx_param = pname
@@ -394,7 +491,13 @@ def tool_from_function(fn: Callable[..., Any], *, name: str | None = None, paral
     try:
         schema = _strip_titles(runner.model().model_json_schema())
     except pydantic.PydanticUserError as exc:
-        raise TypeError(f"tool function {tool_name!r} has a parameter type without a JSON Schema: {exc}") from exc
+        raise TypeError(
+            f"tool function {tool_name!r} has a parameter type without a JSON Schema: {exc}"
+        ) from exc
     schema.setdefault("properties", {})
     schema.setdefault("required", [])
-    return Tool(spec=ToolSpec(name=tool_name, description=description, parameters=schema), run=runner, parallel_safe=parallel_safe)
+    return Tool(
+        spec=ToolSpec(name=tool_name, description=description, parameters=schema),
+        run=runner,
+        parallel_safe=parallel_safe,
+    )

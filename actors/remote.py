@@ -39,7 +39,9 @@ class CloneHostActor:
             self._core = HostCore(control=SchedulerControl())
         return self._core
 
-    async def start(self, specs: list[CloneSpec], config: Config, sim_script: SimScript | None = None) -> int:
+    async def start(
+        self, specs: list[CloneSpec], config: Config, sim_script: SimScript | None = None
+    ) -> int:
         self._host().start(specs, config, sim_script)
         return len(specs)
 
@@ -88,7 +90,9 @@ class SchedulerControl:
     async def job_cancel(self, job_id: str) -> dict[str, Any]:
         return await self._call("job_cancel", job_id)
 
-    async def job_block(self, job_ids: list[str], wait_seconds: float | None, timeout_seconds: float | None) -> dict[str, Any]:
+    async def job_block(
+        self, job_ids: list[str], wait_seconds: float | None, timeout_seconds: float | None
+    ) -> dict[str, Any]:
         return await self._call("job_block", job_ids, wait_seconds, timeout_seconds)
 
     async def list_jobs(self, **filters: Any) -> dict[str, Any]:
@@ -112,7 +116,9 @@ class CloneHost:
         except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
             raise ClusterError(f"clone host {self.host_id} is gone: {type(exc).__name__}") from None
 
-    async def start(self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None = None) -> int:
+    async def start(
+        self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None = None
+    ) -> int:
         return await self._call("start", list(specs), config, sim_script)
 
     async def cancel(self, job_ids: Sequence[str]) -> list[str]:

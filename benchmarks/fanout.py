@@ -80,7 +80,9 @@ async def _serve(latency_ms: float, seed: int) -> int:
     @web.middleware
     async def keep_first_body(request: web.Request, handler: Any) -> web.StreamResponse:
         if not sample and request.method == "POST":
-            sample.append(await request.read())  # aiohttp keeps the body; the handler reads it again
+            sample.append(
+                await request.read()
+            )  # aiohttp keeps the body; the handler reads it again
         return await handler(request)
 
     async def stats(request: web.Request) -> web.Response:
@@ -91,7 +93,9 @@ async def _serve(latency_ms: float, seed: int) -> int:
                 "requests": state.requests,
                 "outcomes": dict(state.outcomes),
                 "cpu_s": usage.user + usage.system,
-                "first_request_at": {k: v for k, v in state.first_request_at.items() if k.startswith(prefix)},
+                "first_request_at": {
+                    k: v for k, v in state.first_request_at.items() if k.startswith(prefix)
+                },
                 "sample": sample[0].decode() if sample else None,
             }
         )
@@ -108,7 +112,9 @@ async def _serve(latency_ms: float, seed: int) -> int:
     try:
         site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
         await site.start()
-        sys.stdout.write(f"serving simulated provider on http://127.0.0.1:{runner.addresses[0][1]}/v1\n")
+        sys.stdout.write(
+            f"serving simulated provider on http://127.0.0.1:{runner.addresses[0][1]}/v1\n"
+        )
         sys.stdout.flush()
         await stop.wait()
     finally:
@@ -120,7 +126,15 @@ class Server:
     """The server process seen from the benchmark."""
 
     def __init__(self, latency_ms: float, seed: int) -> None:
-        cmd = [sys.executable, __file__, "--serve", "--latency-ms", str(latency_ms), "--seed", str(seed)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--serve",
+            "--latency-ms",
+            str(latency_ms),
+            "--seed",
+            str(seed),
+        ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "CLONEFLEET_BLOCK_LIVE": "1"}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
         line = self.proc.stdout.readline() if self.proc.stdout else ""
@@ -131,7 +145,9 @@ class Server:
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def stats(self, prefix: str = "\x00") -> dict[str, Any]:
-        url = f"{self.base_url.removesuffix('/v1')}/bench/stats?prefix={urllib.request.quote(prefix)}"
+        url = (
+            f"{self.base_url.removesuffix('/v1')}/bench/stats?prefix={urllib.request.quote(prefix)}"
+        )
         with self._opener.open(url, timeout=60) as resp:
             return json.loads(resp.read())
 
@@ -307,7 +323,9 @@ def _loadavg() -> float:
 
 
 # -- clonefleet -------------------------------------------------------------------------
-def run_clonefleet(n: int, server: Server, watch: ProcWatch, args: argparse.Namespace) -> dict[str, Any]:
+def run_clonefleet(
+    n: int, server: Server, watch: ProcWatch, args: argparse.Namespace
+) -> dict[str, Any]:
     from clonefleet import Fleet
     from clonefleet.config import Config, ModelConfig, ProviderConfig
 
@@ -329,7 +347,9 @@ def run_clonefleet(n: int, server: Server, watch: ProcWatch, args: argparse.Name
             cpu_idle = dict(watch.cpu)
             watch.start()
             t0, p0 = time.time(), time.perf_counter()
-            batch = fleet.spawn("general-purpose", PROMPT, count=n, clones_per_actor=args.clones_per_actor)
+            batch = fleet.spawn(
+                "general-purpose", PROMPT, count=n, clones_per_actor=args.clones_per_actor
+            )
             row["spawn_call_s"] = round(time.perf_counter() - p0, 3)
             block = fleet.job_block([batch.batch_id], timeout_seconds=args.time_limit_s)
             row["makespan_s"] = round(time.perf_counter() - p0, 3)
@@ -346,7 +366,9 @@ def run_clonefleet(n: int, server: Server, watch: ProcWatch, args: argparse.Name
     row.update(
         {
             "done": block["done"],
-            "completed_success": sum(1 for j in jobs if j["status"] == "completed" and j["outcome"] == "success"),
+            "completed_success": sum(
+                1 for j in jobs if j["status"] == "completed" and j["outcome"] == "success"
+            ),
             "statuses": _count(f"{j['status']}/{j['outcome']}" for j in jobs),
             "clones_per_actor": args.clones_per_actor or "auto",
             "host_processes": hosts,
@@ -412,7 +434,9 @@ def _round(x: float | None, nd: int = 1) -> float | None:
 
 
 # -- baseline ----------------------------------------------------------------------------
-async def run_baseline(n: int, server: Server, template: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+async def run_baseline(
+    n: int, server: Server, template: dict[str, Any], args: argparse.Namespace
+) -> dict[str, Any]:
     """N agents in one process, each two sequential requests, all at once over one session."""
     import aiohttp
 
@@ -428,7 +452,9 @@ async def run_baseline(n: int, server: Server, template: dict[str, Any], args: a
                 message = (await resp.json())["choices"][0]["message"]
             body["messages"].append(message)
             for call in message.get("tool_calls") or []:
-                body["messages"].append({"role": "tool", "tool_call_id": call["id"], "content": "progress recorded"})
+                body["messages"].append(
+                    {"role": "tool", "tool_call_id": call["id"], "content": "progress recorded"}
+                )
             async with session.post(url, json=body) as resp:
                 resp.raise_for_status()
                 final = (await resp.json())["choices"][0]["message"]
@@ -440,7 +466,9 @@ async def run_baseline(n: int, server: Server, template: dict[str, Any], args: a
     connector = aiohttp.TCPConnector(limit=args.baseline_limit)
     cpu0 = time.process_time()
     t0, p0 = time.time(), time.perf_counter()
-    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
+    async with aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=120)
+    ) as session:
         try:
             async with asyncio.timeout(args.time_limit_s), asyncio.TaskGroup() as tg:
                 for i in range(n):
@@ -448,7 +476,9 @@ async def run_baseline(n: int, server: Server, template: dict[str, Any], args: a
         except TimeoutError:
             errors.append(f"exceeded {args.time_limit_s:g}s")
         makespan = time.perf_counter() - p0
-    firsts = [(ts - t0) * 1000 for ts in server.stats(prefix=f"{tag}/")["first_request_at"].values()]
+    firsts = [
+        (ts - t0) * 1000 for ts in server.stats(prefix=f"{tag}/")["first_request_at"].values()
+    ]
     return {
         "baseline_s": round(makespan, 3),
         "baseline_cpu_s": round(time.process_time() - cpu0, 2),
@@ -469,7 +499,15 @@ def run_cold(count: int, time_limit_s: float) -> dict[str, Any]:
         env = {k: v for k, v in os.environ.items() if k not in ("CLONEFLEET_CONFIG", "RAY_ADDRESS")}
         env["XDG_CONFIG_HOME"] = str(Path(cwd) / "xdg")
         p0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         try:
             out, err = proc.communicate(timeout=time_limit_s)
             timed_out = False
@@ -501,7 +539,10 @@ def _reap_session(sid: int, timeout_s: float = 30.0) -> int:
         for name in os.listdir("/proc"):
             if name.isdigit():
                 try:
-                    if int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[3]) == sid:
+                    if (
+                        int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[3])
+                        == sid
+                    ):
                         out.append(int(name))
                 except (OSError, ValueError, IndexError):
                     continue
@@ -541,7 +582,10 @@ COLUMNS = (
 
 def table(rows: list[dict[str, Any]]) -> str:
     cells = [[title for title, _, _ in COLUMNS]]
-    cells += [["-" if r.get(key) is None else format(r[key], spec) for _, key, spec in COLUMNS] for r in rows]
+    cells += [
+        ["-" if r.get(key) is None else format(r[key], spec) for _, key, spec in COLUMNS]
+        for r in rows
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(COLUMNS))]
     lines = [" ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     lines.insert(1, "-" * len(lines[0]))
@@ -553,14 +597,26 @@ def verdicts(rows: list[dict[str, Any]], cold: dict[str, Any] | None) -> list[st
     out = []
     if 1000 in by_n:
         r = by_n[1000]["ratio"]
-        out.append(f"N=1000 within {TARGETS['ratio_1000']}x the asyncio loop: {'met' if r is not None and r <= TARGETS['ratio_1000'] else 'MISSED'} ({r}x)")
+        out.append(
+            f"N=1000 within {TARGETS['ratio_1000']}x the asyncio loop: {'met' if r is not None and r <= TARGETS['ratio_1000'] else 'MISSED'} ({r}x)"
+        )
     if 10000 in by_n:
-        r, mem, ok = by_n[10000]["ratio"], by_n[10000]["added_rss_mb"], by_n[10000]["completed_success"] == 10000
-        met = ok and r is not None and r <= TARGETS["ratio_10000"] and mem < TARGETS["added_mb_10000"]
-        out.append(f"N=10000 completes within {TARGETS['ratio_10000']}x, under 3 GB added: {'met' if met else 'MISSED'} ({r}x, {mem} MB RSS, {by_n[10000]['completed_success']}/10000 ok)")
+        r, mem, ok = (
+            by_n[10000]["ratio"],
+            by_n[10000]["added_rss_mb"],
+            by_n[10000]["completed_success"] == 10000,
+        )
+        met = (
+            ok and r is not None and r <= TARGETS["ratio_10000"] and mem < TARGETS["added_mb_10000"]
+        )
+        out.append(
+            f"N=10000 completes within {TARGETS['ratio_10000']}x, under 3 GB added: {'met' if met else 'MISSED'} ({r}x, {mem} MB RSS, {by_n[10000]['completed_success']}/10000 ok)"
+        )
     if cold is not None:
         met = cold["completed_success"] == cold["count"] and cold["wall_s"] < TARGETS["cold_s"]
-        out.append(f"cold `clonefleet run general-purpose --count {cold['count']}` under {TARGETS['cold_s']:g} s: {'met' if met else 'MISSED'} ({cold['wall_s']} s, {cold['completed_success']}/{cold['count']} ok)")
+        out.append(
+            f"cold `clonefleet run general-purpose --count {cold['count']}` under {TARGETS['cold_s']:g} s: {'met' if met else 'MISSED'} ({cold['wall_s']} s, {cold['completed_success']}/{cold['count']} ok)"
+        )
     return out
 
 
@@ -572,8 +628,16 @@ def _git_commit() -> str | None:
     """The checkout's commit, with ``+dirty`` when it has changes (``None`` outside git)."""
     root = Path(__file__).resolve().parents[1]
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10)
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if head.returncode:
@@ -584,9 +648,13 @@ def _git_commit() -> str | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sizes", default="10,100,1000,10000", help="comma-separated batch sizes")
-    parser.add_argument("--latency-ms", type=float, default=200.0, help="simulated server latency per request")
+    parser.add_argument(
+        "--latency-ms", type=float, default=200.0, help="simulated server latency per request"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the simulated server")
-    parser.add_argument("--clones-per-actor", type=int, default=None, help="override clonefleet's automatic choice")
+    parser.add_argument(
+        "--clones-per-actor", type=int, default=None, help="override clonefleet's automatic choice"
+    )
     parser.add_argument(
         "--baseline-limit",
         type=int,
@@ -595,7 +663,9 @@ def main() -> int:
         "per-process pool of clonefleet's providers (max_connections), since 10,000 connections at "
         "once make the loop slower, not faster",
     )
-    parser.add_argument("--time-limit-s", type=float, default=600.0, help="longest wait for one batch")
+    parser.add_argument(
+        "--time-limit-s", type=float, default=600.0, help="longest wait for one batch"
+    )
     parser.add_argument("--cold-count", type=int, default=1000)
     parser.add_argument("--no-cold", action="store_true", help="skip the cold `clonefleet run`")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -617,11 +687,18 @@ def main() -> int:
             template = json.loads(row.pop("template"))
             template.pop("user", None)
             row.update(asyncio.run(run_baseline(n, server, template, args)))
-            row["ratio"] = round(row["makespan_s"] / row["baseline_s"], 2) if row["baseline_s"] else None
-            row["cpa"] = f"{row['clones_per_actor']}:{row['clones_per_host'] or '?'}x{row['host_processes']}"
+            row["ratio"] = (
+                round(row["makespan_s"] / row["baseline_s"], 2) if row["baseline_s"] else None
+            )
+            row["cpa"] = (
+                f"{row['clones_per_actor']}:{row['clones_per_host'] or '?'}x{row['host_processes']}"
+            )
             row["ok"] = f"{row['completed_success']}/{n}"
             rows.append(row)
-            print(f"fanout: N={n} done: {json.dumps({k: row[k] for k in ('makespan_s', 'baseline_s', 'ratio', 'added_rss_mb')})}", flush=True)  # noqa: T201
+            print(
+                f"fanout: N={n} done: {json.dumps({k: row[k] for k in ('makespan_s', 'baseline_s', 'ratio', 'added_rss_mb')})}",
+                flush=True,
+            )  # noqa: T201
         if not args.no_cold:
             cold = run_cold(args.cold_count, args.time_limit_s)
     finally:
@@ -638,17 +715,28 @@ def main() -> int:
         "cpus": os.cpu_count(),
         "commit": _git_commit(),
         "python": platform.python_version(),
-        "versions": {p: metadata.version(p) for p in ("ray", "aiohttp", "httpx", "httpx-aiohttp", "clonefleet")},
+        "versions": {
+            p: metadata.version(p)
+            for p in ("ray", "aiohttp", "httpx", "httpx-aiohttp", "clonefleet")
+        },
     }
     print(f"fanout: {json.dumps(params)}")  # noqa: T201 - a benchmark script prints its table
     print(table(rows))  # noqa: T201
     print("clones/actor = setting:clones per host x hosts")  # noqa: T201
     if cold is not None:
-        print(f"cold `clonefleet run general-purpose --count {cold['count']}`: {cold['wall_s']} s, exit {cold['exit_status']}, {cold['completed_success']}/{cold['count']} ok")  # noqa: T201
+        print(
+            f"cold `clonefleet run general-purpose --count {cold['count']}`: {cold['wall_s']} s, exit {cold['exit_status']}, {cold['completed_success']}/{cold['count']} ok"
+        )  # noqa: T201
     for line in verdicts(rows, cold):
         print(line)  # noqa: T201
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"params": params, "results": rows, "cold_run": cold, "targets": TARGETS}, indent=2) + "\n", encoding="utf-8")
+    args.out.write_text(
+        json.dumps(
+            {"params": params, "results": rows, "cold_run": cold, "targets": TARGETS}, indent=2
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     print(f"wrote {args.out}")  # noqa: T201
     return 0
 

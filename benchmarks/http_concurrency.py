@@ -37,7 +37,10 @@ RESULTS = Path(__file__).parent / "results" / "http_concurrency.json"
 ROUND_LIMIT_S = 120.0
 """Each round must finish within this; a stuck round is reported as a failure, not waited on."""
 
-EXIT_SCHEMA = {"type": "object", "properties": {"success": {"type": "boolean"}, "summary": {"type": "string"}}}
+EXIT_SCHEMA = {
+    "type": "object",
+    "properties": {"success": {"type": "boolean"}, "summary": {"type": "string"}},
+}
 TOOLS = (
     ToolSpec(
         name="progress_update",
@@ -51,9 +54,19 @@ TOOLS = (
 def payload(i: int) -> dict[str, Any]:
     return {
         "model": "sim-small",
-        "messages": [{"role": "system", "content": "You review code."}, {"role": "user", "content": f"Review file_{i}.py"}],
+        "messages": [
+            {"role": "system", "content": "You review code."},
+            {"role": "user", "content": f"Review file_{i}.py"},
+        ],
         "tools": [
-            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                },
+            }
             for t in TOOLS
         ],
         "user": f"bench/{i}",
@@ -61,8 +74,16 @@ def payload(i: int) -> dict[str, Any]:
 
 
 def model_request(i: int) -> ModelRequest:
-    messages = (Message(role=Role.SYSTEM, content="You review code."), Message(role=Role.USER, content=f"Review file_{i}.py"))
-    return ModelRequest(model="sim-small", messages=messages, tools=TOOLS, metadata={"batch_id": "bench", "clone_index": i})
+    messages = (
+        Message(role=Role.SYSTEM, content="You review code."),
+        Message(role=Role.USER, content=f"Review file_{i}.py"),
+    )
+    return ModelRequest(
+        model="sim-small",
+        messages=messages,
+        tools=TOOLS,
+        metadata={"batch_id": "bench", "clone_index": i},
+    )
 
 
 Send = Callable[[int], Awaitable[None]]
@@ -89,11 +110,14 @@ class Client:
             return self._via_httpx(url)
         if self.mode == "raw aiohttp":
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.n), timeout=aiohttp.ClientTimeout(total=60)
+                connector=aiohttp.TCPConnector(limit=self.n),
+                timeout=aiohttp.ClientTimeout(total=60),
             )
             return self._via_aiohttp(url)
         if self.mode == "clonefleet OpenAIModel":
-            cfg = ProviderConfig(kind="openai", base_url=self.base_url, max_connections=self.n, timeout_s=60.0)
+            cfg = ProviderConfig(
+                kind="openai", base_url=self.base_url, max_connections=self.n, timeout_s=60.0
+            )
             self._model, self._close = build_provider("bench", cfg)
             return self._via_model()
         raise ValueError(self.mode)
@@ -152,7 +176,9 @@ async def one_round(send: Send, n: int) -> dict[str, Any]:
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     latencies.sort()
     pct = (
-        (lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000) if latencies else (lambda q: float("nan"))
+        (lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000)
+        if latencies
+        else (lambda q: float("nan"))
     )
     return {
         "ok": len(latencies),
@@ -176,7 +202,9 @@ async def run_mode(mode: str, base_url: str, n: int, rounds: int) -> list[dict[s
     try:
         for r in range(rounds):
             result = await one_round(send, n)
-            results.append({"mode": mode, "round": r + 1, "phase": "cold" if r == 0 else "warm", **result})
+            results.append(
+                {"mode": mode, "round": r + 1, "phase": "cold" if r == 0 else "warm", **result}
+            )
     finally:
         await client.aclose()
     return results
@@ -185,7 +213,10 @@ async def run_mode(mode: str, base_url: str, n: int, rounds: int) -> list[dict[s
 def start_server(latency_ms: float) -> tuple[subprocess.Popen[str], str]:
     code = f"from clonefleet.actors import serve_main; raise SystemExit(serve_main(0, latency_ms={latency_ms!r}))"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     line = proc.stdout.readline() if proc.stdout else ""
     if not line.startswith("serving simulated provider on "):
@@ -224,7 +255,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds per client (first is cold)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    modes = ["httpx default pool", "httpx + AiohttpTransport", "raw aiohttp", "clonefleet OpenAIModel"]
+    modes = [
+        "httpx default pool",
+        "httpx + AiohttpTransport",
+        "raw aiohttp",
+        "clonefleet OpenAIModel",
+    ]
     proc, base_url = start_server(args.latency_ms)
     rows: list[dict[str, Any]] = []
     try:
@@ -239,12 +275,16 @@ def main() -> int:
         "seed": 0,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
-        "versions": {p: metadata.version(p) for p in ("httpx", "httpcore", "aiohttp", "httpx-aiohttp")},
+        "versions": {
+            p: metadata.version(p) for p in ("httpx", "httpcore", "aiohttp", "httpx-aiohttp")
+        },
     }
     print(f"http_concurrency: {params}")  # noqa: T201 - a benchmark script prints its table
     print(table(rows))  # noqa: T201
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"params": params, "results": rows}, indent=2) + "\n", encoding="utf-8")
+    args.out.write_text(
+        json.dumps({"params": params, "results": rows}, indent=2) + "\n", encoding="utf-8"
+    )
     print(f"wrote {args.out}")  # noqa: T201
     return 0 if all(r["errors"] == 0 for r in rows) else 1
 

@@ -16,6 +16,14 @@ from ._local import resolve_address as resolve_address
 from ._local import state_path as state_path
 
 __all__ = [
-    "NAMESPACE", "SCHEDULER_NAME", "ClusterConfig", "ClusterSession", "cluster_down", "cluster_up",
-    "loopback_environment", "read_state", "resolve_address", "state_path",
+    "NAMESPACE",
+    "SCHEDULER_NAME",
+    "ClusterConfig",
+    "ClusterSession",
+    "cluster_down",
+    "cluster_up",
+    "loopback_environment",
+    "read_state",
+    "resolve_address",
+    "state_path",
 ]

@@ -37,7 +37,11 @@ def _keep_loopback_if_imported_early(address: str | None) -> None:
     # When the caller imported Ray before clonefleet, Ray computed its "clusters enabled" switch
     # from the environment of that moment and would resolve 127.0.0.1 to the machine's routable
     # address. For an embedded instance or a loopback address, turn that switch off again.
-    if address is None or address == "auto" or address.split("://")[-1].startswith(("127.", "localhost")):
+    if (
+        address is None
+        or address == "auto"
+        or address.split("://")[-1].startswith(("127.", "localhost"))
+    ):
         from ray._private import ray_constants
 
         ray_constants.ENABLE_RAY_CLUSTER = False
@@ -139,5 +143,10 @@ class ClusterSession:
     def __enter__(self) -> ClusterSession:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()

@@ -34,18 +34,29 @@ def main() -> int:
     state_file = Path(args.state)
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": args.cpus, "include_dashboard": False, "node_ip_address": "127.0.0.1", "gcs_server_port": args.port},
+        head_node_args={
+            "num_cpus": args.cpus,
+            "include_dashboard": False,
+            "node_ip_address": "127.0.0.1",
+            "gcs_server_port": args.port,
+        },
     )
     try:
         for _ in range(args.nodes - 1):
             cluster.add_node(num_cpus=args.cpus, node_ip_address="127.0.0.1")
         cluster.wait_for_nodes()
-        state = {"address": cluster.address, "pid": os.getpid(), "nodes": args.nodes, "cpus_per_node": args.cpus,
-                 "started_at": time.time(), "ready": True}
+        state = {
+            "address": cluster.address,
+            "pid": os.getpid(),
+            "nodes": args.nodes,
+            "cpus_per_node": args.cpus,
+            "started_at": time.time(),
+            "ready": True,
+        }
         tmp = state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(state_file)
-        print(f"cluster ready at {cluster.address} with {args.nodes} node(s)", flush=True)
+        print(f"cluster ready at {cluster.address} with {args.nodes} node(s)", flush=True)  # noqa: T201 (the parent reads this line)
         stop.wait()
     finally:
         cluster.shutdown()

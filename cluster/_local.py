@@ -76,7 +76,13 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def cluster_up(*, nodes: int = 1, cpus_per_node: int | None = None, port: int | None = None, timeout_s: float = 180.0) -> dict[str, Any]:
+def cluster_up(
+    *,
+    nodes: int = 1,
+    cpus_per_node: int | None = None,
+    port: int | None = None,
+    timeout_s: float = 180.0,
+) -> dict[str, Any]:
     """Start the local cluster and wait until every node is up.
 
     Raises:
@@ -87,16 +93,36 @@ def cluster_up(*, nodes: int = 1, cpus_per_node: int | None = None, port: int | 
         raise UsageError("--nodes must be at least 1")
     existing = read_state()
     if existing:
-        raise UsageError(f"a clonefleet cluster is already running at {existing['address']}; `clonefleet cluster down` stops it")
+        raise UsageError(
+            f"a clonefleet cluster is already running at {existing['address']}; `clonefleet cluster down` stops it"
+        )
     path = state_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     log = path.with_name("cluster.log")
     cpus = cpus_per_node or max((os.cpu_count() or 2) // nodes, 1)
-    cmd = [sys.executable, "-m", "clonefleet.cluster._daemon", "--nodes", str(nodes), "--cpus", str(cpus),
-           "--port", str(port or _free_port()), "--state", str(path)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "clonefleet.cluster._daemon",
+        "--nodes",
+        str(nodes),
+        "--cpus",
+        str(cpus),
+        "--port",
+        str(port or _free_port()),
+        "--state",
+        str(path),
+    ]
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -31,7 +31,13 @@ from ._model import (
 )
 from ._parse import NAMESPACE_KEYS, RawDefinition
 
-__all__ = ["NativeKeys", "build_definition", "build_python", "check_exit_schema", "exit_schema_enum_warnings"]
+__all__ = [
+    "NativeKeys",
+    "build_definition",
+    "build_python",
+    "check_exit_schema",
+    "exit_schema_enum_warnings",
+]
 
 PROTECTED_FROM_DENY: tuple[str, ...] = (
     "exit_tool",
@@ -49,7 +55,9 @@ PROTECTED_FROM_DENY: tuple[str, ...] = (
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@+-]{0,127}$")
 _PATTERNED_TOOL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*)\((.*)\)$")
-_CLAUDE_USED_KEYS = frozenset({"name", "description", "tools", "disallowedTools", "model", "maxTurns", "skills"})
+_CLAUDE_USED_KEYS = frozenset(
+    {"name", "description", "tools", "disallowedTools", "model", "maxTurns", "skills"}
+)
 _CLAUDE_QUIET_KEYS = frozenset({"color"})
 _CLAUDE_UNSUPPORTED_KEYS = frozenset({"mcpServers", "hooks", "permissionMode"})
 _NATIVE_TOP_KEYS = frozenset({"name", "description", *NAMESPACE_KEYS})
@@ -101,10 +109,14 @@ class _PythonKeys(NativeKeys):
 
 
 def _rule_error(rule: str, key: str, message: str, path: str | None) -> DefinitionError:
-    return DefinitionError(f"{message} [rule {rule}, key `{key}`]", LoadReason.INVALID_DEFINITION, path, key)
+    return DefinitionError(
+        f"{message} [rule {rule}, key `{key}`]", LoadReason.INVALID_DEFINITION, path, key
+    )
 
 
-def _pydantic_error(exc: ValidationError, prefix: str, path: str | None, known: Sequence[str]) -> DefinitionError:
+def _pydantic_error(
+    exc: ValidationError, prefix: str, path: str | None, known: Sequence[str]
+) -> DefinitionError:
     problems: list[str] = []
     first_key = prefix.rstrip(".")
     for i, err in enumerate(exc.errors()):
@@ -113,7 +125,11 @@ def _pydantic_error(exc: ValidationError, prefix: str, path: str | None, known: 
             first_key = key
         if err["type"] == "extra_forbidden":
             guess = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
-            hint = f"; did you mean `{prefix}{guess[0]}`?" if guess else f"; known keys: {', '.join(known)}"
+            hint = (
+                f"; did you mean `{prefix}{guess[0]}`?"
+                if guess
+                else f"; known keys: {', '.join(known)}"
+            )
             problems.append(f"`{key}` is not a known key{hint} [rule unknown-key]")
         else:
             problems.append(f"`{key}`: {err['msg'].lower()} [rule key-type]")
@@ -122,7 +138,9 @@ def _pydantic_error(exc: ValidationError, prefix: str, path: str | None, known: 
 
 def _check_name(name: Any, key: str, path: str | None, *, shipped: bool) -> str:
     if not isinstance(name, str) or not name.strip():
-        raise _rule_error("name-required", key, "the definition needs a non-empty string `name`", path)
+        raise _rule_error(
+            "name-required", key, "the definition needs a non-empty string `name`", path
+        )
     if not _NAME.match(name):
         raise _rule_error(
             "name-format",
@@ -132,7 +150,10 @@ def _check_name(name: Any, key: str, path: str | None, *, shipped: bool) -> str:
         )
     if name == RESERVED_NAME and not shipped:
         raise _rule_error(
-            "reserved-name", key, f"`{RESERVED_NAME}` is built in and cannot be replaced; choose another name", path
+            "reserved-name",
+            key,
+            f"`{RESERVED_NAME}` is built in and cannot be replaced; choose another name",
+            path,
         )
     return name
 
@@ -149,7 +170,9 @@ def _is_shorthand(tool: str) -> bool:
     return tool.startswith("tag!") or (tool.startswith("mcp__") and "__" not in tool[5:])
 
 
-def _normalise_tools(values: Sequence[str], key: str, warnings: list[str], *, grant: bool) -> tuple[str, ...]:
+def _normalise_tools(
+    values: Sequence[str], key: str, warnings: list[str], *, grant: bool
+) -> tuple[str, ...]:
     """Map aliases, handle ``Tool(pattern)`` entries and warn about tools clonefleet lacks."""
     out: list[str] = []
     for raw in values:
@@ -158,9 +181,13 @@ def _normalise_tools(values: Sequence[str], key: str, warnings: list[str], *, gr
         if patterned:
             base = CLAUDE_TOOL_ALIASES.get(patterned.group(1), patterned.group(1))
             if grant:
-                warnings.append(f"`{key}` entry {raw!r}: argument patterns are not supported; {base} is not granted")
+                warnings.append(
+                    f"`{key}` entry {raw!r}: argument patterns are not supported; {base} is not granted"
+                )
                 continue
-            warnings.append(f"`{key}` entry {raw!r}: argument patterns are not supported; all of {base} is denied")
+            warnings.append(
+                f"`{key}` entry {raw!r}: argument patterns are not supported; all of {base} is denied"
+            )
             name = patterned.group(1)
         name = CLAUDE_TOOL_ALIASES.get(name, name)
         if not name or name in out:
@@ -187,31 +214,63 @@ def _rules(
     broken: list[tuple[str, str, str]] = []
     granted = tools or ()
     if "exit_tool" in granted:
-        broken.append(("exit-tool-in-tools", keys["tools"], "`exit_tool` is given to every subagent; do not list it"))
+        broken.append(
+            (
+                "exit-tool-in-tools",
+                keys["tools"],
+                "`exit_tool` is given to every subagent; do not list it",
+            )
+        )
     for key, listed in (("tools", granted), ("undeferred_tools", undeferred)):
         if "switch_facet" in listed:
-            broken.append(("switch-facet-listed", keys[key], "`switch_facet` is never available to a subagent"))
+            broken.append(
+                (
+                    "switch-facet-listed",
+                    keys[key],
+                    "`switch_facet` is never available to a subagent",
+                )
+            )
     for tool in tools_deny:
         if tool.startswith("tag!"):
             broken.append(
-                ("tools-deny-tag", keys["tools_deny"], f"{tool!r}: use literal tool names, not tag! references")
+                (
+                    "tools-deny-tag",
+                    keys["tools_deny"],
+                    f"{tool!r}: use literal tool names, not tag! references",
+                )
             )
         elif _is_shorthand(tool):
             broken.append(
-                ("tools-deny-mcp-shorthand", keys["tools_deny"], f"{tool!r}: name full mcp__<server>__<tool> tools")
+                (
+                    "tools-deny-mcp-shorthand",
+                    keys["tools_deny"],
+                    f"{tool!r}: name full mcp__<server>__<tool> tools",
+                )
             )
         elif tool in PROTECTED_FROM_DENY:
-            broken.append(("tools-deny-protected", keys["tools_deny"], f"{tool!r} cannot be denied"))
+            broken.append(
+                ("tools-deny-protected", keys["tools_deny"], f"{tool!r} cannot be denied")
+            )
     for tool in undeferred:
         if tool.startswith("tag!"):
-            broken.append(("undeferred-tag", keys["undeferred_tools"], f"{tool!r}: use literal tool names"))
+            broken.append(
+                ("undeferred-tag", keys["undeferred_tools"], f"{tool!r}: use literal tool names")
+            )
         elif tool in tools_deny:
-            broken.append(("deny-and-undeferred", keys["undeferred_tools"], f"{tool!r} is also in tools_deny"))
+            broken.append(
+                ("deny-and-undeferred", keys["undeferred_tools"], f"{tool!r} is also in tools_deny")
+            )
     if not inherit_tools and tools is not None and not any(_is_shorthand(t) for t in tools):
         always = set(CONTROL_TOOLS) | (set(SPAWN_TOOLS) if allow_spawn else set())
-        missing = [t for t in undeferred if t not in tools and t not in always and not t.startswith("tag!")]
+        missing = [
+            t for t in undeferred if t not in tools and t not in always and not t.startswith("tag!")
+        ]
         broken += [
-            ("undeferred-not-granted", keys["undeferred_tools"], f"{t!r} is undeferred but not in tools")
+            (
+                "undeferred-not-granted",
+                keys["undeferred_tools"],
+                f"{t!r} is undeferred but not in tools",
+            )
             for t in missing
         ]
     return broken
@@ -274,12 +333,17 @@ def check_exit_schema(schema: Any, key: str, path: str | None) -> dict[str, Any]
     try:
         plain: dict[str, Any] = json.loads(json.dumps(schema, allow_nan=False))
     except (TypeError, ValueError) as exc:
-        raise _rule_error("exit-schema-invalid", key, f"the exit schema is not JSON data ({exc})", path) from None
+        raise _rule_error(
+            "exit-schema-invalid", key, f"the exit schema is not JSON data ({exc})", path
+        ) from None
     try:
         jsonschema.Draft202012Validator.check_schema(plain)
     except jsonschema.SchemaError as exc:
         raise _rule_error(
-            "exit-schema-invalid", key, f"not a valid Draft 2020-12 JSON Schema at {exc.json_path}: {exc.message}", path
+            "exit-schema-invalid",
+            key,
+            f"not a valid Draft 2020-12 JSON Schema at {exc.json_path}: {exc.message}",
+            path,
         ) from None
     anchors = _anchors(plain)
     for ref in _walk_refs(plain):
@@ -293,7 +357,9 @@ def check_exit_schema(schema: Any, key: str, path: str | None) -> dict[str, Any]
         fragment = ref[1:]
         if fragment and not fragment.startswith("/"):
             if fragment not in anchors:
-                raise _rule_error("exit-schema-ref", key, f"$ref {ref!r} names no anchor in the document", path)
+                raise _rule_error(
+                    "exit-schema-ref", key, f"$ref {ref!r} names no anchor in the document", path
+                )
             continue
         try:
             _resolve_pointer(plain, fragment)
@@ -313,7 +379,11 @@ def exit_schema_enum_warnings(schema: Mapping[str, Any], key: str) -> list[str]:
         return warnings
     for field_name in ("status", "kind", "outcome"):
         prop = properties.get(field_name)
-        if isinstance(prop, dict) and isinstance(prop.get("$ref"), str) and prop["$ref"].startswith("#/"):
+        if (
+            isinstance(prop, dict)
+            and isinstance(prop.get("$ref"), str)
+            and prop["$ref"].startswith("#/")
+        ):
             try:
                 prop = _resolve_pointer(schema, prop["$ref"][1:])
             except LookupError:
@@ -331,7 +401,9 @@ def exit_schema_enum_warnings(schema: Mapping[str, Any], key: str) -> list[str]:
                 " the exit check will not recognise them - use recognised values or add a `success` boolean"
             )
     if schema.get("type") not in ("object", None):
-        warnings.append(f"`{key}` top-level type is not `object`; exit_tool arguments are always an object")
+        warnings.append(
+            f"`{key}` top-level type is not `object`; exit_tool arguments are always an object"
+        )
     return warnings
 
 
@@ -348,9 +420,15 @@ def _finish(
     extra_keys: tuple[str, ...] = (),
 ) -> Definition:
     """Normalise tool lists, apply every rule and assemble the :class:`Definition`."""
-    tools = None if keys.tools is None else _normalise_tools(keys.tools, key_names["tools"], warnings, grant=True)
+    tools = (
+        None
+        if keys.tools is None
+        else _normalise_tools(keys.tools, key_names["tools"], warnings, grant=True)
+    )
     deny = _normalise_tools(keys.tools_deny, key_names["tools_deny"], warnings, grant=False)
-    undeferred = _normalise_tools(keys.undeferred_tools, key_names["undeferred_tools"], warnings, grant=True)
+    undeferred = _normalise_tools(
+        keys.undeferred_tools, key_names["undeferred_tools"], warnings, grant=True
+    )
     broken = _rules(
         tools=tools,
         tools_deny=deny,
@@ -361,9 +439,17 @@ def _finish(
     )
     model = keys.model.strip() if keys.model is not None else None
     if model is not None and not model:
-        broken.append(("model-format", key_names["model"], "`model` must not be empty; omit it for the default group"))
+        broken.append(
+            (
+                "model-format",
+                key_names["model"],
+                "`model` must not be empty; omit it for the default group",
+            )
+        )
     elif model is not None and model.startswith("@mg:") and not model[4:].strip():
-        broken.append(("model-format", key_names["model"], "`@mg:` must be followed by a model group name"))
+        broken.append(
+            ("model-format", key_names["model"], "`@mg:` must be followed by a model group name")
+        )
     if broken:
         first = broken[0][1]
         message = "; ".join(f"{msg} [rule {rule}, key `{key}`]" for rule, key, msg in broken)
@@ -385,7 +471,9 @@ def _finish(
         skills_allow=tuple(keys.skills_allow),
         skills_deny=tuple(keys.skills_deny),
         undeferred_tools=undeferred,
-        autonomous_hint=keys.autonomous_hint if keys.autonomous_hint is not None else keys.auto_facet_hint,
+        autonomous_hint=keys.autonomous_hint
+        if keys.autonomous_hint is not None
+        else keys.auto_facet_hint,
         inherit_tools=keys.inherit_tools,
         allow_subagent_spawn=keys.allow_subagent_spawn,
         exit_tool_schema=schema,
@@ -405,7 +493,9 @@ def _build_native(raw: RawDefinition, stem: str | None, shipped: bool) -> Defini
     fm, path = raw.frontmatter, raw.path
     present = [k for k in NAMESPACE_KEYS if k in fm]
     if len(present) > 1:
-        raise _rule_error("one-namespace", "polytoken", "use either `clonefleet:` or `polytoken:`, not both", path)
+        raise _rule_error(
+            "one-namespace", "polytoken", "use either `clonefleet:` or `polytoken:`, not both", path
+        )
     ns = present[0] if present else "clonefleet"
     name = _check_name(fm.get("name"), "name", path, shipped=shipped)
     if stem is not None and name != stem:
@@ -418,7 +508,10 @@ def _build_native(raw: RawDefinition, stem: str | None, shipped: bool) -> Defini
     description = fm.get("description")
     if not isinstance(description, str) or not description.strip():
         raise _rule_error(
-            "description-required", "description", "a native definition needs a `description` string", path
+            "description-required",
+            "description",
+            "a native definition needs a `description` string",
+            path,
         )
     table = fm.get(ns) or {}
     if not isinstance(table, dict):
@@ -452,7 +545,9 @@ def _claude_list(value: Any, key: str, path: str | None) -> list[str] | None:
         return _split_tool_string(value)
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return [p for v in value for p in (_split_tool_string(v) if "," in v else [v.strip()]) if p]
-    raise _rule_error("key-type", key, f"`{key}` must be a list of names or a comma-separated string", path)
+    raise _rule_error(
+        "key-type", key, f"`{key}` must be a list of names or a comma-separated string", path
+    )
 
 
 def _claude_scalar(value: Any, key: str, path: str | None) -> str | None:
@@ -480,14 +575,18 @@ def _build_claude(raw: RawDefinition, stem: str | None, shipped: bool) -> Defini
     if name is None and stem is not None:
         warnings.append(f"no `name` key; using the file name {stem!r}")
         name = stem
-    name = _check_name(name.strip() if isinstance(name, str) else name, "name", path, shipped=shipped)
+    name = _check_name(
+        name.strip() if isinstance(name, str) else name, "name", path, shipped=shipped
+    )
     description = _claude_scalar(fm.get("description"), "description", path)
     if not description or not description.strip():
         warnings.append("no `description`; callers will not know when to use this subagent")
         description = ""
     tools = _claude_list(fm.get("tools"), "tools", path)
     if tools == [] and isinstance(fm.get("tools"), str):
-        warnings.append("`tools` is an empty string, read as absent: every tool of the caller; use [] for none")
+        warnings.append(
+            "`tools` is an empty string, read as absent: every tool of the caller; use [] for none"
+        )
         tools = None
     if tools == ["*"]:
         tools = None  # "all tools", as some shared agent files spell it
@@ -513,7 +612,10 @@ def _build_claude(raw: RawDefinition, stem: str | None, shipped: bool) -> Defini
         max_turns=_claude_max_turns(fm.get("maxTurns"), path),
         max_tokens=None,
     )
-    names = {k: k for k in NativeKeys.model_fields} | {"tools_deny": "disallowedTools", "max_turns": "maxTurns"}
+    names = {k: k for k in NativeKeys.model_fields} | {
+        "tools_deny": "disallowedTools",
+        "max_turns": "maxTurns",
+    }
     return _finish(
         dialect=Dialect.CLAUDE,
         name=name,
@@ -527,7 +629,9 @@ def _build_claude(raw: RawDefinition, stem: str | None, shipped: bool) -> Defini
     )
 
 
-def build_definition(raw: RawDefinition, stem: str | None = None, *, shipped: bool = False) -> Definition:
+def build_definition(
+    raw: RawDefinition, stem: str | None = None, *, shipped: bool = False
+) -> Definition:
     """Build a definition from a parsed file, detecting the dialect from its frontmatter.
 
     Args:
@@ -543,7 +647,9 @@ def build_definition(raw: RawDefinition, stem: str | None = None, *, shipped: bo
     return _build_claude(raw, stem, shipped)
 
 
-def build_python(spec: Mapping[str, Any], *, path: str | None = None, expected_name: str | None = None) -> Definition:
+def build_python(
+    spec: Mapping[str, Any], *, path: str | None = None, expected_name: str | None = None
+) -> Definition:
     """Build a python-dialect definition from keyword arguments or a config ``subagents`` entry.
 
     Raises:
@@ -560,10 +666,15 @@ def build_python(spec: Mapping[str, Any], *, path: str | None = None, expected_n
     name = _check_name(keys.name, "name", path, shipped=False)
     if expected_name is not None and name != expected_name:
         raise DefinitionError(
-            f"name {name!r} must equal its config key {expected_name!r}", LoadReason.NAME_MISMATCH, path, "name"
+            f"name {name!r} must equal its config key {expected_name!r}",
+            LoadReason.NAME_MISMATCH,
+            path,
+            "name",
         )
     if not keys.description or not keys.description.strip():
-        raise _rule_error("description-required", "description", "a definition needs a `description` string", path)
+        raise _rule_error(
+            "description-required", "description", "a definition needs a `description` string", path
+        )
     if keys.body is not None and keys.prompt is not None:
         raise _rule_error("one-body", "prompt", "give either `body` or `prompt`, not both", path)
     return _finish(

@@ -93,7 +93,11 @@ def _md_entries(folder: Path, follow_symlinks: bool, result: DirectoryLoad) -> l
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError as exc:
         result.errors.append(
-            LoadFailure(path=str(folder), reason=LoadReason.IO_ERROR, message=f"cannot list the folder: {exc.strerror}")
+            LoadFailure(
+                path=str(folder),
+                reason=LoadReason.IO_ERROR,
+                message=f"cannot list the folder: {exc.strerror}",
+            )
         )
         return []
     files: list[Path] = []
@@ -112,7 +116,11 @@ def _md_entries(folder: Path, follow_symlinks: bool, result: DirectoryLoad) -> l
             continue
         if entry.is_symlink() and not path.exists():
             result.errors.append(
-                LoadFailure(path=str(path), reason=LoadReason.IO_ERROR, message="symbolic link points nowhere")
+                LoadFailure(
+                    path=str(path),
+                    reason=LoadReason.IO_ERROR,
+                    message="symbolic link points nowhere",
+                )
             )
             continue
         if entry.is_file(follow_symlinks=follow_symlinks):
@@ -131,10 +139,14 @@ def load_directory(
     result = DirectoryLoad()
     if not folder.exists():
         if explicit:
-            result.warnings.append(LoadWarning(path=str(folder), name=None, message="folder does not exist; skipped"))
+            result.warnings.append(
+                LoadWarning(path=str(folder), name=None, message="folder does not exist; skipped")
+            )
         return result
     if not folder.is_dir():
-        result.errors.append(LoadFailure(path=str(folder), reason=LoadReason.IO_ERROR, message="not a folder"))
+        result.errors.append(
+            LoadFailure(path=str(folder), reason=LoadReason.IO_ERROR, message="not a folder")
+        )
         return result
     loaded: list[Definition] = []
     for path in _md_entries(folder, follow_symlinks, result):
@@ -179,7 +191,9 @@ def subagent_search_path(
     for i, (folder, _) in enumerate(layers):
         last[Path(os.path.abspath(folder))] = i
     return [
-        (folder, explicit) for i, (folder, explicit) in enumerate(layers) if last[Path(os.path.abspath(folder))] == i
+        (folder, explicit)
+        for i, (folder, explicit) in enumerate(layers)
+        if last[Path(os.path.abspath(folder))] == i
     ]
 
 
@@ -227,7 +241,10 @@ class Catalog:
         guess = difflib.get_close_matches(name, list(self.definitions), n=1)
         hint = f" (did you mean {guess[0]!r}?)" if guess else ""
         raise DefinitionError(
-            f"unknown agent {name!r}{hint}; available agents: {available}", "unknown-agent", None, "name"
+            f"unknown agent {name!r}{hint}; available agents: {available}",
+            "unknown-agent",
+            None,
+            "name",
         )
 
     def listed(self) -> list[Definition]:
@@ -246,7 +263,9 @@ def _add(table: dict[str, Definition], defn: Definition) -> None:
     table[defn.name] = defn
 
 
-def discover(cwd: Path, subagents_dirs: Sequence[Path] = (), config: Config | None = None) -> DirectoryLoad:
+def discover(
+    cwd: Path, subagents_dirs: Sequence[Path] = (), config: Config | None = None
+) -> DirectoryLoad:
     """Load every source of definitions, lowest precedence first, without layering them.
 
     The result lists each definition that loaded (shadowed ones included) in precedence order,
@@ -263,16 +282,22 @@ def discover(cwd: Path, subagents_dirs: Sequence[Path] = (), config: Config | No
         for name, spec in config.subagents.items():
             where = f"{config.path or 'config'}:subagents.{name}"
             try:
-                defn = build_python(spec if isinstance(spec, dict) else {}, path=where, expected_name=name)
+                defn = build_python(
+                    spec if isinstance(spec, dict) else {}, path=where, expected_name=name
+                )
             except DefinitionError as exc:
-                total.errors.append(LoadFailure(path=where, reason=str(exc.reason), message=exc.message))
+                total.errors.append(
+                    LoadFailure(path=where, reason=str(exc.reason), message=exc.message)
+                )
                 continue
             total.definitions.append(defn)
             total.warnings += _warnings_of(defn)
     return total
 
 
-def load_catalog(cwd: Path, subagents_dirs: Sequence[Path] = (), config: Config | None = None) -> Catalog:
+def load_catalog(
+    cwd: Path, subagents_dirs: Sequence[Path] = (), config: Config | None = None
+) -> Catalog:
     """Discover, validate and layer every definition for a run in ``cwd``.
 
     Args:

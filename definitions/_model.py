@@ -33,7 +33,15 @@ __all__ = [
 RESERVED_NAME = "_default"
 """The built-in general-purpose definition; no file, config entry or registration replaces it."""
 
-BUILTIN_TOOLS: tuple[str, ...] = ("file_read", "file_write", "file_edit", "list_dir", "glob", "grep", "shell")
+BUILTIN_TOOLS: tuple[str, ...] = (
+    "file_read",
+    "file_write",
+    "file_edit",
+    "list_dir",
+    "glob",
+    "grep",
+    "shell",
+)
 """Work tools every clone host provides (SPEC §3)."""
 
 CONTROL_TOOLS: tuple[str, ...] = ("exit_tool", "progress_update", "tool_search", "skill")
@@ -50,7 +58,9 @@ SPAWN_TOOLS: tuple[str, ...] = (
 )
 """Tools a subagent gets only with ``allow_subagent_spawn: true``."""
 
-KNOWN_TOOLS: frozenset[str] = frozenset(BUILTIN_TOOLS + CONTROL_TOOLS + SPAWN_TOOLS + ("switch_facet",))
+KNOWN_TOOLS: frozenset[str] = frozenset(
+    BUILTIN_TOOLS + CONTROL_TOOLS + SPAWN_TOOLS + ("switch_facet",)
+)
 """Every tool name the loader recognises without a warning (``switch_facet`` only to reject it)."""
 
 CLAUDE_TOOL_ALIASES: dict[str, str] = {
@@ -160,7 +170,9 @@ class Definition:
     @property
     def effective_exit_schema(self) -> dict[str, Any]:
         """The ``exit_tool`` payload schema in force (a fresh copy, safe to mutate)."""
-        return copy.deepcopy(self.exit_tool_schema if self.exit_tool_schema is not None else DEFAULT_EXIT_SCHEMA)
+        return copy.deepcopy(
+            self.exit_tool_schema if self.exit_tool_schema is not None else DEFAULT_EXIT_SCHEMA
+        )
 
     @property
     def declares_exit_schema(self) -> bool:

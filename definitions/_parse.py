@@ -40,7 +40,16 @@ _FENCE = re.compile(r"^---[ \t]*$", re.MULTILINE)
 # Keys the lenient fallback recovers (SPEC §2.1) and other Claude keys that only end a value.
 _FALLBACK_KEYS = ("name", "description", "model", "tools", "color")
 _FALLBACK_BOUNDARY_KEYS = frozenset(
-    {"disallowedTools", "maxTurns", "skills", "mcpServers", "permissionMode", "hooks", "provider", "effort"}
+    {
+        "disallowedTools",
+        "maxTurns",
+        "skills",
+        "mcpServers",
+        "permissionMode",
+        "hooks",
+        "provider",
+        "effort",
+    }
 )
 _FALLBACK_LINE = re.compile(r"^([A-Za-z][A-Za-z0-9_-]*)[ \t]*:(?:[ \t]+(.*))?$")
 
@@ -64,7 +73,8 @@ class _FrontmatterLoader(yaml.SafeLoader):
         event = self.peek_event()  # type: ignore[no-untyped-call]
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise yaml.MarkedYAMLError(
-                problem="YAML anchors and aliases are not allowed in frontmatter", problem_mark=event.start_mark
+                problem="YAML anchors and aliases are not allowed in frontmatter",
+                problem_mark=event.start_mark,
             )
         return super().compose_node(parent, index)
 
@@ -73,7 +83,9 @@ class _FrontmatterLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
             if isinstance(key, str) and key in seen:
-                raise yaml.MarkedYAMLError(problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark)
+                raise yaml.MarkedYAMLError(
+                    problem=f"duplicate key {key!r}", problem_mark=key_node.start_mark
+                )
             if isinstance(key, str):
                 seen.add(key)
         return super().construct_mapping(node, deep=deep)
@@ -137,7 +149,9 @@ def split_frontmatter(text: str, path: str | None = None) -> tuple[str, str]:
     first, _, rest = stripped.partition("\n")
     if first.rstrip() != "---":
         raise DefinitionError(
-            "the file does not start with a `---` frontmatter block", LoadReason.MISSING_FRONTMATTER, path
+            "the file does not start with a `---` frontmatter block",
+            LoadReason.MISSING_FRONTMATTER,
+            path,
         )
     close = _FENCE.search(rest)
     end = close.start() if close else len(rest)
@@ -185,7 +199,9 @@ def _lenient_parse(text: str) -> tuple[dict[str, Any], list[str]] | None:
     fields: list[tuple[str, str, list[str]]] = []
     for line in text.split("\n"):
         match = _FALLBACK_LINE.match(line)
-        if match and (match.group(1) in _FALLBACK_KEYS or match.group(1) in _FALLBACK_BOUNDARY_KEYS):
+        if match and (
+            match.group(1) in _FALLBACK_KEYS or match.group(1) in _FALLBACK_BOUNDARY_KEYS
+        ):
             fields.append((match.group(1), match.group(2) or "", []))
         elif fields:
             fields[-1][2].append(line)
@@ -217,7 +233,9 @@ def parse_text(text: str, path: str | None = None) -> RawDefinition:
     front, body = split_frontmatter(text, path)
     native = _NATIVE_KEY_LINE.search(front) is not None
     try:
-        return RawDefinition(path=path, frontmatter=load_yaml_mapping(front, path), body=body, native=native)
+        return RawDefinition(
+            path=path, frontmatter=load_yaml_mapping(front, path), body=body, native=native
+        )
     except _SyntaxProblem as exc:
         # The lenient parser is for foreign Claude-style files only; a native file must be YAML.
         if native:
@@ -230,8 +248,12 @@ def parse_text(text: str, path: str | None = None) -> RawDefinition:
             f"{exc.message}; recovered {', '.join(sorted(recovered))} with the lenient known-keys parser"
             " (quote the description to make the frontmatter valid YAML)"
         )
-        notes = [note] + [f"key `{k}` could not be recovered from invalid YAML and is ignored" for k in dropped]
-        return RawDefinition(path=path, frontmatter=recovered, body=body, native=False, warnings=tuple(notes))
+        notes = [note] + [
+            f"key `{k}` could not be recovered from invalid YAML and is ignored" for k in dropped
+        ]
+        return RawDefinition(
+            path=path, frontmatter=recovered, body=body, native=False, warnings=tuple(notes)
+        )
 
 
 def parse_file(path: Path) -> RawDefinition:
@@ -246,13 +268,19 @@ def parse_file(path: Path) -> RawDefinition:
         with path.open("rb") as fh:
             data = fh.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise DefinitionError(f"cannot read the file: {exc.strerror or exc}", LoadReason.IO_ERROR, where) from None
+        raise DefinitionError(
+            f"cannot read the file: {exc.strerror or exc}", LoadReason.IO_ERROR, where
+        ) from None
     if len(data) > MAX_FILE_BYTES:
         raise DefinitionError(
-            f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB", LoadReason.IO_ERROR, where
+            f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB",
+            LoadReason.IO_ERROR,
+            where,
         )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DefinitionError(f"the file is not UTF-8 text (byte {exc.start})", LoadReason.IO_ERROR, where) from None
+        raise DefinitionError(
+            f"the file is not UTF-8 text (byte {exc.start})", LoadReason.IO_ERROR, where
+        ) from None
     return parse_text(text, where)

@@ -134,10 +134,15 @@ def _translate(
     line = _template_line(exc)
     at = f" (line {line})" if line else ""
     if isinstance(exc, TemplateSyntaxError):
-        return TemplateError(f"{what}: template syntax error{at}: {exc.message}", "template-syntax", path, field)
+        return TemplateError(
+            f"{what}: template syntax error{at}: {exc.message}", "template-syntax", path, field
+        )
     if isinstance(exc, SecurityError):
         return TemplateError(
-            f"{what}: not allowed by the template sandbox{at}: {exc}", "template-security", path, field
+            f"{what}: not allowed by the template sandbox{at}: {exc}",
+            "template-security",
+            path,
+            field,
         )
     if isinstance(exc, UndefinedError):
         names = ", ".join(sorted(variables))
@@ -176,7 +181,10 @@ def _check_source(source: str, what: str, path: str | None, field: str) -> None:
     tags = source.count("{{") + source.count("{%")
     if tags > MAX_TEMPLATE_TAGS:
         raise TemplateError(
-            f"{what}: {tags:,} template tags is over the limit of {MAX_TEMPLATE_TAGS:,}", "template-limit", path, field
+            f"{what}: {tags:,} template tags is over the limit of {MAX_TEMPLATE_TAGS:,}",
+            "template-limit",
+            path,
+            field,
         )
 
 
@@ -224,7 +232,9 @@ def render_template(
         for chunk in chunks:
             total += len(chunk)
             if total > MAX_OUTPUT_CHARS:
-                raise TemplateLimitError(f"output passed the limit of {MAX_OUTPUT_CHARS:,} characters")
+                raise TemplateLimitError(
+                    f"output passed the limit of {MAX_OUTPUT_CHARS:,} characters"
+                )
             budget.check()
             out.append(chunk)
         return "".join(out)
@@ -241,7 +251,9 @@ def render_template(
 def _user_variables(variables: Mapping[str, Any]) -> dict[str, Any]:
     for name in variables:
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
-            raise TemplateError(f"variable name {name!r} is not a valid identifier", "invalid-variable", None, name)
+            raise TemplateError(
+                f"variable name {name!r} is not a valid identifier", "invalid-variable", None, name
+            )
         if name in BUILTIN_VARIABLES:
             raise TemplateError(
                 f"variable {name!r} is built in and cannot be set with --var; choose another name",
@@ -331,7 +343,9 @@ def render_batch(
     for i in range(count):
         ctx = {**base, "clone": CloneInfo(index=i, count=count, job_id=job_ids[i], number=i + 1),
                "model_name": model_names[i]}  # fmt: skip
-        task = render_template(prompt, ctx, what=f"task prompt (clone {i})", deadline=batch_deadline, clock=clock)
+        task = render_template(
+            prompt, ctx, what=f"task prompt (clone {i})", deadline=batch_deadline, clock=clock
+        )
         if defn.templated:
             ctx["prompt"] = task
             body = render_template(
@@ -344,5 +358,9 @@ def render_batch(
             if find_skill_refs(task) and skills is None:
                 skills = load_skills(Path(project_path))
             resolved[task] = resolve_skill_refs(task, defn, skills) if skills is not None else ()
-        clones.append(RenderedClone(index=i, task=task, instructions=body, skills=resolved[task], job_id=job_ids[i]))
+        clones.append(
+            RenderedClone(
+                index=i, task=task, instructions=body, skills=resolved[task], job_id=job_ids[i]
+            )
+        )
     return clones

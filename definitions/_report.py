@@ -32,20 +32,30 @@ def _load_paths(paths: Sequence[Path], config: Config | None) -> DirectoryLoad:
     for raw in paths:
         path = Path(raw).expanduser()
         if path.is_dir():
-            total.extend(load_directory(path, follow_symlinks=follow, shipped=_is_shipped(path), explicit=True))
+            total.extend(
+                load_directory(
+                    path, follow_symlinks=follow, shipped=_is_shipped(path), explicit=True
+                )
+            )
         elif path.exists():
             try:
                 defn = load_file(path, shipped=_is_shipped(path))
             except DefinitionError as exc:
                 total.errors.append(
-                    LoadFailure(path=exc.path or str(path), reason=str(exc.reason), message=exc.message)
+                    LoadFailure(
+                        path=exc.path or str(path), reason=str(exc.reason), message=exc.message
+                    )
                 )
                 continue
             total.definitions.append(defn)
-            total.warnings += [LoadWarning(path=defn.path, name=defn.name, message=m) for m in defn.warnings]
+            total.warnings += [
+                LoadWarning(path=defn.path, name=defn.name, message=m) for m in defn.warnings
+            ]
         else:
             total.errors.append(
-                LoadFailure(path=str(path), reason=LoadReason.IO_ERROR, message="no such file or folder")
+                LoadFailure(
+                    path=str(path), reason=LoadReason.IO_ERROR, message="no such file or folder"
+                )
             )
     return total
 
@@ -75,9 +85,15 @@ def validate_report(
     else:
         total = discover(Path(cwd) if cwd is not None else Path.cwd(), subagents_dirs, config)
     return {
-        "definitions": [{"name": d.name, "path": d.path, "dialect": str(d.dialect)} for d in total.definitions],
-        "errors": [{"path": e.path, "reason": str(e.reason), "message": e.message} for e in total.errors],
-        "warnings": [{"path": w.path, "name": w.name, "message": w.message} for w in total.warnings],
+        "definitions": [
+            {"name": d.name, "path": d.path, "dialect": str(d.dialect)} for d in total.definitions
+        ],
+        "errors": [
+            {"path": e.path, "reason": str(e.reason), "message": e.message} for e in total.errors
+        ],
+        "warnings": [
+            {"path": w.path, "name": w.name, "message": w.message} for w in total.warnings
+        ],
     }
 
 

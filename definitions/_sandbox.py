@@ -40,7 +40,14 @@ from jinja2.filters import (
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Cycler, Joiner, Namespace, pass_environment, pass_eval_context
 
-__all__ = ["MAX_OUTPUT_CHARS", "MAX_RANGE", "RENDER_TIMEOUT_S", "Budget", "TemplateLimitError", "guarded_environment"]
+__all__ = [
+    "MAX_OUTPUT_CHARS",
+    "MAX_RANGE",
+    "RENDER_TIMEOUT_S",
+    "Budget",
+    "TemplateLimitError",
+    "guarded_environment",
+]
 
 MAX_OUTPUT_CHARS = 1 << 20
 """Largest rendered text, and largest string or list a template may build (1 MiB)."""
@@ -82,10 +89,14 @@ class Budget:
 
     def check(self) -> None:
         if self.clock() > self.deadline:
-            raise TemplateLimitError("rendering took longer than its time budget (a loop or recursion too large?)")
+            raise TemplateLimitError(
+                "rendering took longer than its time budget (a loop or recursion too large?)"
+            )
 
 
-_BUDGET: contextvars.ContextVar[Budget | None] = contextvars.ContextVar("clonefleet_template_budget", default=None)
+_BUDGET: contextvars.ContextVar[Budget | None] = contextvars.ContextVar(
+    "clonefleet_template_budget", default=None
+)
 
 
 def _check_budget() -> None:
@@ -122,7 +133,9 @@ def _deep_size(value: Any, what: str, limit: int = MAX_OUTPUT_CHARS) -> int:
         else:
             total += 1
         if total > limit:
-            raise TemplateLimitError(f"{what} is over the template size limit of {MAX_OUTPUT_CHARS:,}")
+            raise TemplateLimitError(
+                f"{what} is over the template size limit of {MAX_OUTPUT_CHARS:,}"
+            )
     return total
 
 
@@ -147,7 +160,9 @@ def _check_printf(fmt: str) -> None:
             if group == "*":
                 raise SecurityError("`*` widths in % formatting are not allowed in templates")
             if group and (len(group) > 6 or int(group) > MAX_WIDTH):
-                raise TemplateLimitError(f"% format width {group} is over the template limit of {MAX_WIDTH:,}")
+                raise TemplateLimitError(
+                    f"% format width {group} is over the template limit of {MAX_WIDTH:,}"
+                )
 
 
 def _check_format_spec(fmt: str) -> None:
@@ -155,10 +170,14 @@ def _check_format_spec(fmt: str) -> None:
         if field_name is None or not spec:
             continue
         if "{" in spec:
-            raise SecurityError("nested replacement fields in format specs are not allowed in templates")
+            raise SecurityError(
+                "nested replacement fields in format specs are not allowed in templates"
+            )
         for digits in re.findall(r"\d+", spec):
             if len(digits) > 6 or int(digits) > MAX_WIDTH:
-                raise TemplateLimitError(f"format width {digits} is over the template limit of {MAX_WIDTH:,}")
+                raise TemplateLimitError(
+                    f"format width {digits} is over the template limit of {MAX_WIDTH:,}"
+                )
 
 
 def _replace_size(text: str | bytes, old: Any, new: Any, count: Any = -1) -> int:
@@ -239,7 +258,9 @@ def _f_format(value: str, *args: Any, **kwargs: Any) -> str:
 
 
 @pass_eval_context
-def _f_join(eval_ctx: Any, value: Iterable[Any], d: str = "", attribute: str | int | None = None) -> str:
+def _f_join(
+    eval_ctx: Any, value: Iterable[Any], d: str = "", attribute: str | int | None = None
+) -> str:
     if attribute is not None:
         value = map(make_attrgetter(eval_ctx.environment, attribute), value)
     return _join_checked(d, value)
@@ -264,7 +285,9 @@ def _f_slice(value: Iterable[Any], slices: int, fill_with: Any = None) -> Iterat
 
 
 @pass_environment
-def _f_sum(env: Any, iterable: Iterable[Any], attribute: str | int | None = None, start: int | float = 0) -> Any:
+def _f_sum(
+    env: Any, iterable: Iterable[Any], attribute: str | int | None = None, start: int | float = 0
+) -> Any:
     # Summing lists or strings is quadratic; numbers are all a prompt needs.
     if isinstance(start, bool) or not isinstance(start, (int, float)):
         raise SecurityError("|sum only adds numbers in templates")
@@ -322,7 +345,9 @@ class _Namespace(Namespace):
 def _capped_range(*args: int) -> range:
     rng = range(*args)
     if len(rng) > MAX_RANGE:
-        raise TemplateLimitError(f"range() of {len(rng):,} items is over the template limit of {MAX_RANGE:,}")
+        raise TemplateLimitError(
+            f"range() of {len(rng):,} items is over the template limit of {MAX_RANGE:,}"
+        )
     return rng
 
 
@@ -360,7 +385,15 @@ class _GuardedCodeGenerator(CodeGenerator):
 
     def visit_For(self, node: nodes.For, frame: Frame) -> None:
         wrapped = nodes.Call(nodes.EnvironmentAttribute("guard_iter"), [node.iter], [], None, None)
-        guarded = nodes.For(node.target, wrapped, node.body, node.else_, node.test, node.recursive, lineno=node.lineno)
+        guarded = nodes.For(
+            node.target,
+            wrapped,
+            node.body,
+            node.else_,
+            node.test,
+            node.recursive,
+            lineno=node.lineno,
+        )
         super().visit_For(guarded, frame)
 
 
@@ -371,9 +404,13 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**", "+", "%"})
 
     def __init__(self) -> None:
-        super().__init__(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True, cache_size=0)
+        super().__init__(
+            undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True, cache_size=0
+        )
         self.globals.clear()
-        self.globals.update(range=_capped_range, dict=dict, namespace=_Namespace, joiner=Joiner, cycler=Cycler)
+        self.globals.update(
+            range=_capped_range, dict=dict, namespace=_Namespace, joiner=Joiner, cycler=Cycler
+        )
         self.finalize = _finalize
         self.filters = _filters()
         self.concat = self.guarded_concat  # type: ignore[method-assign]
@@ -407,7 +444,11 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
                 if len(left) + len(right) > MAX_OUTPUT_CHARS:
                     raise _too_big("a concatenation", len(left) + len(right))
             elif isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
-                _deep_size(right, "a concatenated list", MAX_OUTPUT_CHARS - _deep_size(left, "a concatenated list"))
+                _deep_size(
+                    right,
+                    "a concatenated list",
+                    MAX_OUTPUT_CHARS - _deep_size(left, "a concatenated list"),
+                )
         elif operator == "%" and isinstance(left, (str, bytes)):
             _check_printf(left if isinstance(left, str) else left.decode("latin-1"))
             return _check_len(self.binop_table[operator](left, right), "a % formatted string")
@@ -416,7 +457,9 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
     def call(__self, __context: Any, __obj: Any, /, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
         _check_budget()
         owner = getattr(__obj, "__self__", None)
-        if isinstance(owner, (str, bytes)) and isinstance(__obj, (types.BuiltinMethodType, types.MethodType)):
+        if isinstance(owner, (str, bytes)) and isinstance(
+            __obj, (types.BuiltinMethodType, types.MethodType)
+        ):
             if __obj.__name__ == "join" and len(args) == 1 and not kwargs:
                 if isinstance(owner, str):
                     return _join_checked(owner, args[0])
@@ -456,14 +499,18 @@ def _check_multiply(left: Any, right: Any) -> None:
     if isinstance(left, int) and isinstance(right, int):
         bits = left.bit_length() + right.bit_length()
         if bits > MAX_INT_BITS:
-            raise TemplateLimitError(f"a product of about {bits:,} bits is over the template limit of {MAX_INT_BITS:,}")
+            raise TemplateLimitError(
+                f"a product of about {bits:,} bits is over the template limit of {MAX_INT_BITS:,}"
+            )
 
 
 def _check_power(base: Any, exponent: Any) -> None:
     if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1:
         bits = base.bit_length() * exponent
         if bits > MAX_INT_BITS:
-            raise TemplateLimitError(f"a power of about {bits:,} bits is over the template limit of {MAX_INT_BITS:,}")
+            raise TemplateLimitError(
+                f"a power of about {bits:,} bits is over the template limit of {MAX_INT_BITS:,}"
+            )
 
 
 @functools.cache

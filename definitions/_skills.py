@@ -85,7 +85,10 @@ def _load_skill(folder: Path, skill_md: Path) -> Skill:
     name = fm.get("name", folder.name)
     if name != folder.name:
         raise DefinitionError(
-            f"skill name {name!r} must equal its folder name {folder.name!r}", LoadReason.NAME_MISMATCH, where, "name"
+            f"skill name {name!r} must equal its folder name {folder.name!r}",
+            LoadReason.NAME_MISMATCH,
+            where,
+            "name",
         )
     flag = _flag(fm)
     if not isinstance(flag, bool):
@@ -108,7 +111,11 @@ def _load_skill(folder: Path, skill_md: Path) -> Skill:
 def _skill_file(entry: Path, follow: bool) -> Path | None:
     try:
         for child in os.scandir(entry):
-            if child.name.lower() == "skill.md" and (follow or not child.is_symlink()) and child.is_file():
+            if (
+                child.name.lower() == "skill.md"
+                and (follow or not child.is_symlink())
+                and child.is_file()
+            ):
                 return entry / child.name
     except OSError:
         return None
@@ -119,12 +126,16 @@ def _load_folder(folder: Path, follow: bool, catalog: SkillCatalog) -> None:
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError as exc:
-        catalog.errors.append(LoadFailure(path=str(folder), reason=LoadReason.IO_ERROR, message=str(exc.strerror)))
+        catalog.errors.append(
+            LoadFailure(path=str(folder), reason=LoadReason.IO_ERROR, message=str(exc.strerror))
+        )
         return
     for entry in entries:
         path = folder / entry.name
         if entry.is_symlink() and not follow:
-            catalog.warnings.append(LoadWarning(path=str(path), name=None, message="symbolic link skipped"))
+            catalog.warnings.append(
+                LoadWarning(path=str(path), name=None, message="symbolic link skipped")
+            )
             continue
         if not entry.is_dir():
             continue
@@ -135,7 +146,9 @@ def _load_folder(folder: Path, follow: bool, catalog: SkillCatalog) -> None:
             skill = _load_skill(path, skill_md)
         except DefinitionError as exc:
             catalog.errors.append(
-                LoadFailure(path=exc.path or str(skill_md), reason=str(exc.reason), message=exc.message)
+                LoadFailure(
+                    path=exc.path or str(skill_md), reason=str(exc.reason), message=exc.message
+                )
             )
             continue
         catalog.skills[skill.name] = skill
@@ -155,7 +168,9 @@ def load_skills(cwd: Path, dirs: Sequence[Path] = (), config: Config | None = No
         if folder.is_dir():
             _load_folder(folder, follow, catalog)
         elif explicit:
-            catalog.warnings.append(LoadWarning(path=str(folder), name=None, message="folder does not exist; skipped"))
+            catalog.warnings.append(
+                LoadWarning(path=str(folder), name=None, message="folder does not exist; skipped")
+            )
     return catalog
 
 
@@ -171,7 +186,9 @@ def find_skill_refs(text: str) -> list[str]:
     return list(dict.fromkeys(_REF.findall(text)))
 
 
-def resolve_skill_refs(text: str, defn: Definition, skills: SkillCatalog) -> tuple[InjectedSkill, ...]:
+def resolve_skill_refs(
+    text: str, defn: Definition, skills: SkillCatalog
+) -> tuple[InjectedSkill, ...]:
     """Resolve every ``@skill:`` reference in ``text`` against ``defn``'s own skill policy.
 
     Returns:
@@ -187,12 +204,22 @@ def resolve_skill_refs(text: str, defn: Definition, skills: SkillCatalog) -> tup
         if skill is None:
             known = ", ".join(skills.names()) or "(none)"
             raise DefinitionError(
-                f"@skill:{name} does not name a skill; available skills: {known}", "skill-unresolved", None, "prompt"
+                f"@skill:{name} does not name a skill; available skills: {known}",
+                "skill-unresolved",
+                None,
+                "prompt",
             )
         if not skill_allowed(defn, name):
-            why = "its skills_deny lists it" if name in defn.skills_deny else "it is not in its skills_allow"
+            why = (
+                "its skills_deny lists it"
+                if name in defn.skills_deny
+                else "it is not in its skills_allow"
+            )
             raise DefinitionError(
-                f"subagent {defn.name!r} may not use skill {name!r}: {why}", "skill-denied", skill.path, "prompt"
+                f"subagent {defn.name!r} may not use skill {name!r}: {why}",
+                "skill-denied",
+                skill.path,
+                "prompt",
             )
         if skill.disable_model_invocation:
             raise DefinitionError(

@@ -19,7 +19,18 @@ from ._state import JobState as JobState
 from ._state import display_name as display_name
 
 __all__ = [
-    "LEVELS", "TERMINAL", "TRANSITIONS", "BatchRequest", "BatchSubmission", "HostLike", "JobRecord",
-    "JobState", "SchedulerCore", "check_count", "choose_clones_per_actor", "display_name",
-    "plan_specs", "resolve_tools",
+    "LEVELS",
+    "TERMINAL",
+    "TRANSITIONS",
+    "BatchRequest",
+    "BatchSubmission",
+    "HostLike",
+    "JobRecord",
+    "JobState",
+    "SchedulerCore",
+    "check_count",
+    "choose_clones_per_actor",
+    "display_name",
+    "plan_specs",
+    "resolve_tools",
 ]

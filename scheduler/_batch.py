@@ -16,7 +16,14 @@ from ..actors._sim import SimScript
 from ..actors._spec import CloneSpec
 from ..actors._tools import BUILTIN_TOOLS, CLAUDE_ALIASES
 from ..config import Config
-from ..definitions import DEFAULT_EXIT_SCHEMA, Catalog, Definition, SkillCatalog, render_batch, skill_allowed
+from ..definitions import (
+    DEFAULT_EXIT_SCHEMA,
+    Catalog,
+    Definition,
+    SkillCatalog,
+    render_batch,
+    skill_allowed,
+)
 from ..errors import ConfigError, UsageError
 
 __all__ = ["BatchRequest", "check_count", "plan_specs", "resolve_tools"]
@@ -53,7 +60,9 @@ def check_count(count: Any, config: Config) -> int:
     if count < 1:
         raise UsageError(f"count must be at least 1, got {count}")
     if count > config.limits.max_count:
-        raise UsageError(f"count {count} is above limits.max_count ({config.limits.max_count}); raise it in the config to allow more")
+        raise UsageError(
+            f"count {count} is above limits.max_count ({config.limits.max_count}); raise it in the config to allow more"
+        )
     return count
 
 
@@ -64,7 +73,11 @@ def resolve_tools(defn: Definition, caller_tools: Sequence[str] | None = None) -
     into the declared ones (``switch_facet`` is never inherited); ``tools_deny`` removes. A user
     at the command line is a caller with every built-in tool.
     """
-    caller = list(BUILTIN_TOOLS) if caller_tools is None else [t for t in caller_tools if t != "switch_facet"]
+    caller = (
+        list(BUILTIN_TOOLS)
+        if caller_tools is None
+        else [t for t in caller_tools if t != "switch_facet"]
+    )
     names = caller if defn.tools is None else [CLAUDE_ALIASES.get(t, t) for t in defn.tools]
     if "tag!ALL" in names:
         names = list(BUILTIN_TOOLS)
@@ -82,7 +95,9 @@ def _launch_dir(req: BatchRequest, caller_cwd: Path) -> Path:
         raise UsageError(f"--cwd {req.cwd} is not an existing directory")
     base = caller_cwd.resolve()
     if target != base and base not in target.parents and not req.approve_chdir:
-        raise UsageError(f"--cwd {target} is outside the caller's directory {base}; pass --allow-chdir to approve it")
+        raise UsageError(
+            f"--cwd {target} is outside the caller's directory {base}; pass --allow-chdir to approve it"
+        )
     return target
 
 

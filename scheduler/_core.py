@@ -26,10 +26,28 @@ from ..definitions import Catalog, SkillCatalog
 from ..errors import ClusterError, IdCollision, UnknownJobError, UsageError
 from ._state import TERMINAL, JobRecord, JobState, display_name, new_batch_id, new_job_id
 
-__all__ = ["BatchSubmission", "HostFactory", "HostLike", "LEVELS", "SchedulerCore", "choose_clones_per_actor"]
+__all__ = [
+    "BatchSubmission",
+    "HostFactory",
+    "HostLike",
+    "LEVELS",
+    "SchedulerCore",
+    "choose_clones_per_actor",
+]
 
 LEVELS: dict[str, frozenset[str]] = {
-    "lifecycle": frozenset({"queued", "started", "progress", "result", "error", "model_failover", "message_delivered", "compaction"}),
+    "lifecycle": frozenset(
+        {
+            "queued",
+            "started",
+            "progress",
+            "result",
+            "error",
+            "model_failover",
+            "message_delivered",
+            "compaction",
+        }
+    ),
 }
 LEVELS["tools"] = LEVELS["lifecycle"] | {"tool_call_start", "tool_call_end"}
 LEVELS["all"] = LEVELS["tools"] | {"assistant", "usage"}
@@ -40,7 +58,9 @@ class HostLike(Protocol):
 
     host_id: str
 
-    async def start(self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None) -> int: ...
+    async def start(
+        self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None
+    ) -> int: ...
     async def cancel(self, job_ids: Sequence[str]) -> list[str]: ...
     async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]: ...
     async def close(self) -> None: ...
@@ -92,7 +112,9 @@ class CoreControl:
     async def job_cancel(self, job_id: str) -> dict[str, Any]:
         return await self.core.job_cancel(job_id)
 
-    async def job_block(self, job_ids: list[str], wait_seconds: float | None, timeout_seconds: float | None) -> dict[str, Any]:
+    async def job_block(
+        self, job_ids: list[str], wait_seconds: float | None, timeout_seconds: float | None
+    ) -> dict[str, Any]:
         return await self.core.job_block(job_ids, wait_seconds, timeout_seconds)
 
     async def list_jobs(self, **filters: Any) -> dict[str, Any]:
@@ -116,7 +138,14 @@ class SchedulerCore:
         nodes: nodes of the cluster.
     """
 
-    def __init__(self, host_factory: HostFactory, *, max_concurrency: int | None = None, cpus: int = 2, nodes: int = 1) -> None:
+    def __init__(
+        self,
+        host_factory: HostFactory,
+        *,
+        max_concurrency: int | None = None,
+        cpus: int = 2,
+        nodes: int = 1,
+    ) -> None:
         self._factory = host_factory
         self.max_concurrency, self.cpus, self.nodes = max_concurrency, cpus, nodes
         self.jobs: dict[str, JobRecord] = {}
@@ -180,7 +209,10 @@ class SchedulerCore:
                 raise IdCollision(spec.job_id)
             seen.add(spec.job_id)
         for spec in sub.specs:
-            if spec.job_id in self.jobs or self._reserved_ids.get(spec.job_id, sub.batch_id) != sub.batch_id:
+            if (
+                spec.job_id in self.jobs
+                or self._reserved_ids.get(spec.job_id, sub.batch_id) != sub.batch_id
+            ):
                 raise IdCollision(spec.job_id)
         self._batches[sub.batch_id] = [s.job_id for s in sub.specs]
         self._batch_meta[sub.batch_id] = replace(sub, specs=())
@@ -197,7 +229,9 @@ class SchedulerCore:
                 clone_count=spec.clone_count,
                 parent=spec.parent,
                 depth=spec.depth,
-                model=spec.candidates[spec.start % len(spec.candidates)] if spec.candidates else None,
+                model=spec.candidates[spec.start % len(spec.candidates)]
+                if spec.candidates
+                else None,
                 warnings=list(spec.warnings),
             )
             self.jobs[spec.job_id] = rec
@@ -279,14 +313,18 @@ class SchedulerCore:
                 self._running += 1
                 self._batch_running[batch_id] += 1
                 host = self._job_host[job_id]
-                starts.setdefault((host.host_id, batch_id), (host, batch_id, []))[2].append(self._specs[job_id])
+                starts.setdefault((host.host_id, batch_id), (host, batch_id, []))[2].append(
+                    self._specs[job_id]
+                )
                 progressed = True
         for batch_id in [b for b, q in self._queues.items() if not q]:
             del self._queues[batch_id]  # a batch never queues again once its queue is empty
         for host, batch_id, specs in starts.values():
             self._spawn_task(self._start_on(host, specs, self._batch_meta[batch_id]))
 
-    async def _start_on(self, host: HostLike, specs: list[CloneSpec], meta: BatchSubmission, retry: bool = True) -> None:
+    async def _start_on(
+        self, host: HostLike, specs: list[CloneSpec], meta: BatchSubmission, retry: bool = True
+    ) -> None:
         try:
             # Placement first: once started, a quick host may finish and be gone.
             node = await host.node_id() if hasattr(host, "node_id") else None
@@ -374,7 +412,15 @@ class SchedulerCore:
         done.set()
         self._record(
             rec.job_id,
-            {"type": "result", "ts": time.time(), "status": str(rec.state), "stop_reason": rec.stop_reason, "outcome": rec.outcome, "error": rec.error, "record": rec.run_record()},
+            {
+                "type": "result",
+                "ts": time.time(),
+                "status": str(rec.state),
+                "stop_reason": rec.stop_reason,
+                "outcome": rec.outcome,
+                "error": rec.error,
+                "record": rec.run_record(),
+            },
         )
         self._release(rec, was_running)
 
@@ -382,9 +428,19 @@ class SchedulerCore:
         rec = self.jobs[job_id]
         if rec.is_terminal:
             return
-        fields = {"job_id": job_id, "batch_id": rec.batch_id, "agent": rec.agent, "clone_index": rec.clone_index, "model": rec.model, "warnings": rec.warnings}
+        fields = {
+            "job_id": job_id,
+            "batch_id": rec.batch_id,
+            "agent": rec.agent,
+            "clone_index": rec.clone_index,
+            "model": rec.model,
+            "warnings": rec.warnings,
+        }
         rec.detail = detail
-        self._record(job_id, {"type": "error", "ts": time.time(), "stop_reason": "abnormal", "detail": detail})
+        self._record(
+            job_id,
+            {"type": "error", "ts": time.time(), "stop_reason": "abnormal", "detail": detail},
+        )
         self._finish(rec, crashed_result(fields, detail))
 
     def _envelope(self, rec: JobRecord, event: dict[str, Any]) -> dict[str, Any]:
@@ -435,11 +491,15 @@ class SchedulerCore:
         parent = self._get(parent_job_id)
         parent_spec = self._specs.get(parent_job_id)
         if parent.state is not JobState.RUNNING or parent_spec is None:
-            raise UsageError(f"job {parent_job_id} is {parent.state}; only a running clone can spawn subagents")
+            raise UsageError(
+                f"job {parent_job_id} is {parent.state}; only a running clone can spawn subagents"
+            )
         meta = self._batch_meta[parent.batch_id]
         depth = parent.depth + 1
         if depth > meta.config.limits.max_depth:
-            raise UsageError(f"nesting depth {depth} exceeds limits.max_depth ({meta.config.limits.max_depth}); finish the task without another subagent")
+            raise UsageError(
+                f"nesting depth {depth} exceeds limits.max_depth ({meta.config.limits.max_depth}); finish the task without another subagent"
+            )
         agent = request.get("subagent_type") or "_default"
         req = BatchRequest(
             agent=str(agent),
@@ -453,18 +513,28 @@ class SchedulerCore:
         catalog = meta.catalog
         if catalog is None:
             project = Path(meta.project_path or parent_spec.cwd)
-            catalog = await asyncio.to_thread(load_catalog, project, [Path(d) for d in meta.subagents_dirs], meta.config)
+            catalog = await asyncio.to_thread(
+                load_catalog, project, [Path(d) for d in meta.subagents_dirs], meta.config
+            )
         batch_id, job_ids = self.reserve_ids(check_count(req.count, meta.config))
         try:
             specs = plan_specs(
-                req, catalog, meta.config, batch_id=batch_id, job_ids=job_ids,
-                caller_cwd=Path(parent_spec.cwd), caller_tools=parent_spec.tools, skills=meta.skills,
+                req,
+                catalog,
+                meta.config,
+                batch_id=batch_id,
+                job_ids=job_ids,
+                caller_cwd=Path(parent_spec.cwd),
+                caller_tools=parent_spec.tools,
+                skills=meta.skills,
             )
         except Exception:
             for job_id in job_ids:
                 self._reserved_ids.pop(job_id, None)
             raise
-        sub = replace(meta, batch_id=batch_id, specs=specs, clones_per_actor=None, max_concurrency=None)
+        sub = replace(
+            meta, batch_id=batch_id, specs=specs, clones_per_actor=None, max_concurrency=None
+        )
         return self.submit(sub)
 
     # -- job control ---------------------------------------------------------------------
@@ -495,7 +565,9 @@ class SchedulerCore:
         """
         rec = self._get(job_id)
         if not rec.is_terminal:
-            raise UsageError(f"job {job_id} is still {rec.state}; wait for it (`job_block`) or poll `job_status`")
+            raise UsageError(
+                f"job {job_id} is still {rec.state}; wait for it (`job_block`) or poll `job_status`"
+            )
         return rec.run_record()
 
     async def job_cancel(self, job_id: str) -> dict[str, Any]:
@@ -520,7 +592,15 @@ class SchedulerCore:
             todo.extend(self._children.get(job_id, []))
             rec = self.jobs[job_id]
             if rec.state is JobState.RESERVED:
-                self._finish(rec, {"status": "cancelled", "stop_reason": "cancelled", "outcome": "cancelled", "error": "Error: subagent run was cancelled"})
+                self._finish(
+                    rec,
+                    {
+                        "status": "cancelled",
+                        "stop_reason": "cancelled",
+                        "outcome": "cancelled",
+                        "error": "Error: subagent run was cancelled",
+                    },
+                )
             elif rec.state is JobState.RUNNING:
                 host = self._job_host[job_id]
                 per_host.setdefault(host.host_id, (host, []))[1].append(job_id)
@@ -532,10 +612,17 @@ class SchedulerCore:
                     self._crash(job_id, str(exc))
         return sum(len(j) for _, j in per_host.values())
 
-    async def job_block(self, job_ids: Sequence[str], wait_seconds: float | None = None, timeout_seconds: float | None = None) -> dict[str, Any]:
+    async def job_block(
+        self,
+        job_ids: Sequence[str],
+        wait_seconds: float | None = None,
+        timeout_seconds: float | None = None,
+    ) -> dict[str, Any]:
         """Wait until every job is terminal or the time is up; returns current statuses."""
         ids = self.expand(job_ids)
-        await self._until_terminal(ids, min(x for x in (wait_seconds, timeout_seconds, 3600.0) if x is not None))
+        await self._until_terminal(
+            ids, min(x for x in (wait_seconds, timeout_seconds, 3600.0) if x is not None)
+        )
         statuses = [self.jobs[j].status() for j in ids]
         return {"done": all(s["status"] in TERMINAL for s in statuses), "jobs": statuses}
 
@@ -569,7 +656,12 @@ class SchedulerCore:
         return {"running": self._running, "max_concurrency": self.max_concurrency, "queued": queued}
 
     def list_jobs(
-        self, *, status: str | None = None, batch: str | None = None, agent: str | None = None, parent: str | None = None
+        self,
+        *,
+        status: str | None = None,
+        batch: str | None = None,
+        agent: str | None = None,
+        parent: str | None = None,
     ) -> dict[str, Any]:
         rows = [
             r.status()
@@ -581,7 +673,15 @@ class SchedulerCore:
         ]
         return {"jobs": rows, "capacity": self.capacity()}
 
-    async def events(self, *, target: str | None = None, cursor: int = 0, level: str = "lifecycle", wait_s: float = 0.0, limit: int = 5000) -> dict[str, Any]:
+    async def events(
+        self,
+        *,
+        target: str | None = None,
+        cursor: int = 0,
+        level: str = "lifecycle",
+        wait_s: float = 0.0,
+        limit: int = 5000,
+    ) -> dict[str, Any]:
         """Events after ``cursor`` for a batch or job (or all), waiting up to ``wait_s`` for one."""
         if level not in LEVELS:
             raise UsageError(f"unknown level {level!r}; use lifecycle, tools or all")
@@ -600,7 +700,9 @@ class SchedulerCore:
             except TimeoutError:
                 pass
 
-    def _scan(self, ids: set[str] | None, cursor: int, kinds: frozenset[str], limit: int) -> tuple[list[dict[str, Any]], int]:
+    def _scan(
+        self, ids: set[str] | None, cursor: int, kinds: frozenset[str], limit: int
+    ) -> tuple[list[dict[str, Any]], int]:
         out = []
         for pos in range(cursor, len(self._log)):
             chain, kind, env = self._log[pos]

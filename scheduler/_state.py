@@ -16,7 +16,15 @@ from typing import Any
 from ..actors._spec import run_record
 from ..errors import UsageError
 
-__all__ = ["TERMINAL", "TRANSITIONS", "JobRecord", "JobState", "display_name", "new_batch_id", "new_job_id"]
+__all__ = [
+    "TERMINAL",
+    "TRANSITIONS",
+    "JobRecord",
+    "JobState",
+    "display_name",
+    "new_batch_id",
+    "new_job_id",
+]
 
 
 class JobState(StrEnum):
@@ -68,7 +76,9 @@ class JobRecord:
     """Id of the cluster node whose actor hosts the clone (known once it started)."""
     model: str | None = None
     turns: int = 0
-    usage: dict[str, int] = field(default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0})
+    usage: dict[str, int] = field(
+        default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    )
     progress: dict[str, Any] | None = None
     outcome: str | None = None
     stop_reason: str | None = None
@@ -107,7 +117,15 @@ class JobRecord:
     def finish(self, result: dict[str, Any]) -> None:
         """Record a final ``RunResult`` (as JSON) and move to its terminal state."""
         self.move(JobState(result["status"]))
-        for key in ("outcome", "stop_reason", "result", "error", "salvaged", "nonconforming", "turns"):
+        for key in (
+            "outcome",
+            "stop_reason",
+            "result",
+            "error",
+            "salvaged",
+            "nonconforming",
+            "turns",
+        ):
             setattr(self, key, result.get(key))
         self.concerns = list(result.get("concerns") or [])
         self.warnings = list(result.get("warnings") or [])

@@ -40,7 +40,9 @@ class RayHost:
         self._host = CloneHost.create(host_id, options={"scheduling_strategy": strategy})
         self._node: str | None = None
 
-    async def start(self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None = None) -> int:
+    async def start(
+        self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None = None
+    ) -> int:
         return await self._host.start(specs, config, sim_script)
 
     async def cancel(self, job_ids: Sequence[str]) -> list[str]:
@@ -79,7 +81,9 @@ class SchedulerActor:
     def _refresh_nodes(self) -> None:
         if time.monotonic() - self._nodes_at < 5.0 and self._nodes:
             return
-        alive = [n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        alive = [
+            n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0
+        ]
         self._nodes = sorted(n["NodeID"] for n in alive)
         self._nodes_at = time.monotonic()
         if self._core is not None:
@@ -126,7 +130,12 @@ class SchedulerActor:
     async def cancel_many(self, ids: list[str]) -> int:
         return await self._c().cancel_many(ids)
 
-    async def job_block(self, job_ids: list[str], wait_seconds: float | None = None, timeout_seconds: float | None = None) -> dict[str, Any]:
+    async def job_block(
+        self,
+        job_ids: list[str],
+        wait_seconds: float | None = None,
+        timeout_seconds: float | None = None,
+    ) -> dict[str, Any]:
         return await self._c().job_block(job_ids, wait_seconds, timeout_seconds)
 
     async def warm_ready(self) -> int:
@@ -153,8 +162,9 @@ class SchedulerActor:
         return True
 
 
-
-def get_or_create_scheduler(max_concurrency: int | None = None, warm_hosts: int | None = None) -> Any:
+def get_or_create_scheduler(
+    max_concurrency: int | None = None, warm_hosts: int | None = None
+) -> Any:
     """The fleet's scheduler actor handle, created detached on first use."""
     return SchedulerActor.options(
         name=SCHEDULER_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True

@@ -21,7 +21,9 @@ __all__ = ["FakeClock", "FunctionModel", "LocalHost", "ScriptedModel", "call", "
 class FunctionModel:
     """A model whose answer is ``fn(request)`` (sync or async)."""
 
-    def __init__(self, fn: Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]]) -> None:
+    def __init__(
+        self, fn: Callable[[ModelRequest], ModelResponse | Awaitable[ModelResponse]]
+    ) -> None:
         self.fn = fn
         self.calls: list[ModelRequest] = []
 
@@ -42,7 +44,9 @@ class ScriptedModel:
 
     async def request(self, req: ModelRequest) -> ModelResponse:
         if len(self.calls) >= len(self.steps):
-            raise AssertionError(f"ScriptedModel asked for step {len(self.calls) + 1} of {len(self.steps)}")
+            raise AssertionError(
+                f"ScriptedModel asked for step {len(self.calls) + 1} of {len(self.steps)}"
+            )
         step = self.steps[len(self.calls)]
         self.calls.append(req)
         if isinstance(step, BaseException):
@@ -77,9 +81,16 @@ def call(name: str, call_id: str = "c1", **arguments: Any) -> ToolCall:
     return ToolCall(id=call_id, name=name, arguments=arguments)
 
 
-def reply(text: str = "", *calls: ToolCall, tokens: int = 10, refusal: bool = False) -> ModelResponse:
+def reply(
+    text: str = "", *calls: ToolCall, tokens: int = 10, refusal: bool = False
+) -> ModelResponse:
     """A model response with text and/or tool calls."""
-    return ModelResponse(text=text, tool_calls=tuple(calls), usage=Usage(input_tokens=tokens, output_tokens=tokens), refusal=refusal)
+    return ModelResponse(
+        text=text,
+        tool_calls=tuple(calls),
+        usage=Usage(input_tokens=tokens, output_tokens=tokens),
+        refusal=refusal,
+    )
 
 
 def make_spec(**fields: Any) -> CloneSpec:

@@ -24,7 +24,14 @@ You are echoer clone {{ clone.index }} of {{ clone.count }}. Task: {{ prompt }}
 def clonefleet(*args: str, cwd, timeout: float = 150) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
-    return subprocess.run([sys.executable, "-m", "clonefleet", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "clonefleet", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def test_run_json_prints_one_record_per_job_for_a_project_definition(tmp_path):
@@ -33,12 +40,39 @@ def test_run_json_prints_one_record_per_job_for_a_project_definition(tmp_path):
     (agents / "echoer.md").write_text(PROJECT_AGENT)
     script = tmp_path / "script.yaml"
     script.write_text("clones:\n  2:\n    - {error: 503}\n    - {text: plain final answer}\n")
-    out = clonefleet("run", "echoer", "--prompt", "count the files", "--count", "3", "--json", "--sim-script", str(script), cwd=tmp_path)
+    out = clonefleet(
+        "run",
+        "echoer",
+        "--prompt",
+        "count the files",
+        "--count",
+        "3",
+        "--json",
+        "--sim-script",
+        str(script),
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr
     records = [json.loads(line) for line in out.stdout.splitlines()]
     assert len(records) == 3
-    fields = {"job_id", "batch_id", "agent", "clone_index", "status", "stop_reason", "outcome", "result", "salvaged",
-              "nonconforming", "concerns", "warnings", "error", "model", "turns", "usage"}
+    fields = {
+        "job_id",
+        "batch_id",
+        "agent",
+        "clone_index",
+        "status",
+        "stop_reason",
+        "outcome",
+        "result",
+        "salvaged",
+        "nonconforming",
+        "concerns",
+        "warnings",
+        "error",
+        "model",
+        "turns",
+        "usage",
+    }
     assert all(set(r) == fields for r in records)
     by_index = {r["clone_index"]: r for r in records}
     assert sorted(by_index) == [0, 1, 2] and len({r["job_id"] for r in records}) == 3
@@ -51,7 +85,18 @@ def test_run_json_prints_one_record_per_job_for_a_project_definition(tmp_path):
 def test_run_exits_1_when_a_job_fails(tmp_path):
     script = tmp_path / "script.yaml"
     script.write_text("clones:\n  0:\n    - {error: 401}\n    - {error: 401}\n")
-    out = clonefleet("run", "general-purpose", "--prompt", "x", "--count", "2", "--json", "--sim-script", str(script), cwd=tmp_path)
+    out = clonefleet(
+        "run",
+        "general-purpose",
+        "--prompt",
+        "x",
+        "--count",
+        "2",
+        "--json",
+        "--sim-script",
+        str(script),
+        cwd=tmp_path,
+    )
     assert out.returncode == 1, out.stderr
     records = {r["clone_index"]: r for r in map(json.loads, out.stdout.splitlines())}
     assert records[0]["status"] == "failed" and records[0]["error"] == "Error: subagent run failed"
@@ -65,7 +110,10 @@ def test_run_exits_1_when_a_job_fails(tmp_path):
         (["run", "general-purpose", "--prompt", "x", "--count", "0"], "at least 1"),
         (["run", "general-purpose", "--prompt", "x", "--count", "2.5"], "whole number"),
         (["run", "general-purpose", "--prompt", "x", "--count", "100001"], "max_count"),
-        (["run", "general-purpose", "--prompt", "{{ nope }}", "--count", "3"], "'nope' is undefined"),
+        (
+            ["run", "general-purpose", "--prompt", "{{ nope }}", "--count", "3"],
+            "'nope' is undefined",
+        ),
         (["run", "general-purpose", "--prompt", "{{ ''.__class__ }}"], "__class__"),
         (["run", "general-purpose", "--prompt", "x", "--cwd", "/"], "--allow-chdir"),
         (["run", "general-purpose", "--prompt", "x", "--model", "no-such-model"], "no-such-model"),

@@ -14,13 +14,24 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture
 def cli(tmp_path):
-    env = {**os.environ, "CLONEFLEET_STATE_DIR": str(tmp_path / "state"), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    env = {
+        **os.environ,
+        "CLONEFLEET_STATE_DIR": str(tmp_path / "state"),
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    }
     env.pop("RAY_ADDRESS", None)
     work = tmp_path / "work"
     work.mkdir()
 
     def run(*args: str, timeout: float = 150) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "clonefleet", *args], cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "-m", "clonefleet", *args],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     yield run, work
     run("cluster", "down", timeout=90)
@@ -36,14 +47,30 @@ def test_detached_batch_outlives_its_command_and_is_controlled_later(cli):
     assert run("cluster", "status").returncode == 0
 
     (work / "hang.yaml").write_text("clones:\n  2:\n    - {hang: true}\n")
-    detached = run("run", "general-purpose", "--prompt", "later", "--count", "3", "--detach", "--address", "auto", "--json", "--sim-script", "hang.yaml")
+    detached = run(
+        "run",
+        "general-purpose",
+        "--prompt",
+        "later",
+        "--count",
+        "3",
+        "--detach",
+        "--address",
+        "auto",
+        "--json",
+        "--sim-script",
+        "hang.yaml",
+    )
     assert detached.returncode == 0, detached.stderr
     ids = json.loads(detached.stdout)
     quick, slow = ids["job_ids"][:2], ids["job_ids"][2]
 
     waited = run("jobs", "wait", *quick, "--timeout", "60", "--json")
     assert waited.returncode == 0, waited.stderr
-    assert [json.loads(line)["status"] for line in waited.stdout.splitlines()] == ["completed", "completed"]
+    assert [json.loads(line)["status"] for line in waited.stdout.splitlines()] == [
+        "completed",
+        "completed",
+    ]
     result = run("jobs", "result", quick[0], "--json")
     assert json.loads(result.stdout)["result"]["success"] is True
 

@@ -29,7 +29,9 @@ def test_killed_host_ends_its_jobs_failed_abnormal_with_one_terminal_event(fleet
 
     script = tmp_path / "hang.yaml"
     script.write_text("default:\n  - {hang: true}\n")
-    batch = fleet.spawn("general-purpose", "hang", count=2, clones_per_actor=1, sim_script=str(script))
+    batch = fleet.spawn(
+        "general-purpose", "hang", count=2, clones_per_actor=1, sim_script=str(script)
+    )
     victim, survivor = batch.job_ids
     # Kill only once the clone runs in its host (a host that dies before its clones start is
     # replaced, and they start elsewhere).
@@ -43,7 +45,9 @@ def test_killed_host_ends_its_jobs_failed_abnormal_with_one_terminal_event(fleet
     record = fleet.job_result(victim)
     assert record["status"] == "failed" and record["stop_reason"] == "abnormal"
     assert record["error"].startswith("Error: subagent run ended abnormally (clone host")
-    assert fleet.job_status(survivor)["status"] == "running"  # one host's crash touches only its clones
+    assert (
+        fleet.job_status(survivor)["status"] == "running"
+    )  # one host's crash touches only its clones
     fleet.job_cancel(survivor)
     assert fleet.job_block([survivor], timeout_seconds=30)["done"]
     events = fleet.events(batch.batch_id)["events"]

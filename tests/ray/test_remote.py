@@ -47,14 +47,33 @@ def free_port() -> int:
 @pytest.fixture
 def ray_head(tmp_path):
     port, client_port = free_port(), free_port()
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(HIDE)}
+    env = {
+        **os.environ,
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "PYTHONPATH": str(HIDE),
+    }
     ray_bin = Path(sys.executable).with_name("ray")
-    short_tmp = tempfile.mkdtemp(prefix="cfr", dir="/tmp")  # Ray's socket paths must stay under 107 bytes
-    cmd = [str(ray_bin), "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
-           "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={short_tmp}",
-           f"--ray-client-server-port={client_port}"]
+    short_tmp = tempfile.mkdtemp(
+        prefix="cfr", dir="/tmp"
+    )  # Ray's socket paths must stay under 107 bytes
+    cmd = [
+        str(ray_bin),
+        "start",
+        "--head",
+        "--block",
+        "--node-ip-address=127.0.0.1",
+        f"--port={port}",
+        "--num-cpus=2",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+        f"--temp-dir={short_tmp}",
+        f"--ray-client-server-port={client_port}",
+    ]
     log = open(tmp_path / "head.log", "wb")
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path
+    )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         assert proc.poll() is None, (tmp_path / "head.log").read_text()[-2000:]
@@ -92,28 +111,80 @@ def test_batch_on_a_cluster_that_never_saw_the_definitions_or_the_package(ray_he
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     env.pop("RAY_ADDRESS", None)
     out = subprocess.run(
-        [sys.executable, "-m", "clonefleet", "run", "remote-lead", "--prompt", "go", "--count", "2", "--address", address,
-         "--json", "--sim-script", "script.yaml"],
-        cwd=work, env=env, capture_output=True, text=True, timeout=200,
+        [
+            sys.executable,
+            "-m",
+            "clonefleet",
+            "run",
+            "remote-lead",
+            "--prompt",
+            "go",
+            "--count",
+            "2",
+            "--address",
+            address,
+            "--json",
+            "--sim-script",
+            "script.yaml",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=200,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     records = [json.loads(line) for line in out.stdout.splitlines()]
     assert sorted(r["clone_index"] for r in records) == [0, 1]
-    assert all(r["agent"] == "remote-lead" and r["result"]["summary"] == "lead done" for r in records)
+    assert all(
+        r["agent"] == "remote-lead" and r["result"]["summary"] == "lead done" for r in records
+    )
 
     # The same cluster through Ray Client (`ray://`), and through RAY_ADDRESS: both batches must
     # show up in that cluster's job table (an embedded instance would not).
     ran = []
-    for extra, run_env in ((["--address", client_address], env), ([], {**env, "RAY_ADDRESS": address})):
+    for extra, run_env in (
+        (["--address", client_address], env),
+        ([], {**env, "RAY_ADDRESS": address}),
+    ):
         again = subprocess.run(
-            [sys.executable, "-m", "clonefleet", "run", "remote-helper", "--prompt", "hi", "--json", *extra],
-            cwd=work, env=run_env, capture_output=True, text=True, timeout=120,
+            [
+                sys.executable,
+                "-m",
+                "clonefleet",
+                "run",
+                "remote-helper",
+                "--prompt",
+                "hi",
+                "--json",
+                *extra,
+            ],
+            cwd=work,
+            env=run_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert again.returncode == 0, again.stderr[-3000:]
         ran.append(json.loads(again.stdout.splitlines()[-1])["job_id"])
     listing = subprocess.run(
-        [sys.executable, "-m", "clonefleet", "jobs", "list", "--agent", "remote-helper", "--address", address, "--json"],
-        cwd=work, env=env, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "clonefleet",
+            "jobs",
+            "list",
+            "--agent",
+            "remote-helper",
+            "--address",
+            address,
+            "--json",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     on_cluster = {j["job_id"] for j in json.loads(listing.stdout)["jobs"]}
     assert set(ran) <= on_cluster, (ran, on_cluster)

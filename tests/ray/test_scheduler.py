@@ -24,14 +24,23 @@ def peak_from_events(events: list[dict]) -> int:
 
 
 def test_cap_runs_a_pool_of_4_and_finishes_all_20(ray_cluster, tmp_path):
-    fleet = Fleet(cwd=tmp_path, config=Config(providers={"sim": {"kind": "simulated", "simulated": {"latency_ms": 30}}}))
+    fleet = Fleet(
+        cwd=tmp_path,
+        config=Config(providers={"sim": {"kind": "simulated", "simulated": {"latency_ms": 30}}}),
+    )
     script = tmp_path / "slow0.yaml"
     # Clone 0 is slow; in a pool the other 19 flow through the 3 remaining slots meanwhile.
     script.write_text(
         "clones:\n  0:\n    - {tool: progress_update, args: {summary: slow}, latency_ms: 2500}\n"
         "    - {tool: exit_tool, args: {success: true, summary: slow done}}\n"
     )
-    batch = fleet.spawn("general-purpose", "job {{ clone.index }}", count=20, max_concurrency=4, sim_script=str(script))
+    batch = fleet.spawn(
+        "general-purpose",
+        "job {{ clone.index }}",
+        count=20,
+        max_concurrency=4,
+        sim_script=str(script),
+    )
     listing = fleet.list_jobs(batch=batch.batch_id)
     assert listing["capacity"]["running"] <= 4
     assert fleet.job_block([batch.batch_id], timeout_seconds=90)["done"]
@@ -40,7 +49,9 @@ def test_cap_runs_a_pool_of_4_and_finishes_all_20(ray_cluster, tmp_path):
     events = fleet.events(batch.batch_id, level="lifecycle")["events"]
     assert peak_from_events(events) <= 4
     order = [e["subagent_run_id"] for e in events if e["event"]["type"] == "result"]
-    assert order[-1] == batch.job_ids[0], "the 19 quick jobs finished while the slow one held its slot"
+    assert order[-1] == batch.job_ids[0], (
+        "the 19 quick jobs finished while the slow one held its slot"
+    )
 
 
 def test_job_control_errors_and_timeouts(fleet, tmp_path):
@@ -53,12 +64,17 @@ def test_job_control_errors_and_timeouts(fleet, tmp_path):
     with pytest.raises(UnknownJobError):
         fleet.job_status("sa_ffffffff")
     blocked = fleet.job_block(batch.job_ids, timeout_seconds=0.2)
-    assert blocked["done"] is False and {s["status"] for s in blocked["jobs"]} <= {"running", "reserved"}
+    assert blocked["done"] is False and {s["status"] for s in blocked["jobs"]} <= {
+        "running",
+        "reserved",
+    }
     for j in batch.job_ids:
         fleet.job_cancel(j)
     fleet.job_cancel(job)  # idempotent
     assert fleet.job_block(batch.job_ids, timeout_seconds=30)["done"]
-    assert [fleet.job_result(j)["error"] for j in batch.job_ids] == ["Error: subagent run was cancelled"] * 2
+    assert [fleet.job_result(j)["error"] for j in batch.job_ids] == [
+        "Error: subagent run was cancelled"
+    ] * 2
 
 
 SPAWNER = """---
@@ -95,5 +111,9 @@ def test_nested_spawn_through_actors_streams_nested_envelopes(ray_cluster, tmp_p
     assert {n["subagent_run_id"] for n in nested} == {c["job_id"] for c in children}
     assert {n["display_name"] for n in nested} == {"researcher #0", "researcher #1"}
     assert all(e["subagent_run_id"] == lead for e in events)
-    tool_ends = [e["event"] for e in events if e["event"]["type"] == "tool_call_end" and e["event"]["tool"] == "subagent"]
+    tool_ends = [
+        e["event"]
+        for e in events
+        if e["event"]["type"] == "tool_call_end" and e["event"]["tool"] == "subagent"
+    ]
     assert tool_ends and not tool_ends[0]["is_error"]

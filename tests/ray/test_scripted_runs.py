@@ -71,7 +71,14 @@ clones:
 def clonefleet(*args: str, cwd: Path, timeout: float = 150) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
-    return subprocess.run([sys.executable, "-m", "clonefleet", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "clonefleet", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def records(out: subprocess.CompletedProcess[str]) -> dict[int, dict]:
@@ -84,26 +91,57 @@ def test_scripted_batch_ends_each_clone_as_its_script_says(tmp_path):
     agents.mkdir(parents=True)
     (agents / "reporter.md").write_text(REPORTER)
     (tmp_path / "script.yaml").write_text(SCRIPT)
-    out = clonefleet("run", "reporter", "--prompt", "the build", "--count", "7", "--json", "--sim-script", "script.yaml", cwd=tmp_path)
+    out = clonefleet(
+        "run",
+        "reporter",
+        "--prompt",
+        "the build",
+        "--count",
+        "7",
+        "--json",
+        "--sim-script",
+        "script.yaml",
+        cwd=tmp_path,
+    )
     assert out.returncode == 1, out.stderr  # some jobs did not succeed
     by = records(out)
     assert sorted(by) == list(range(7)), out.stderr
 
     salvage = by[0]
-    assert (salvage["status"], salvage["stop_reason"], salvage["error"]) == ("completed", "completed", None)
+    assert (salvage["status"], salvage["stop_reason"], salvage["error"]) == (
+        "completed",
+        "completed",
+        None,
+    )
     assert salvage["salvaged"] and salvage["nonconforming"] and salvage["concerns"]
     assert salvage["result"] == {"status": "merged", "summary": "third"} and salvage["turns"] == 3
 
     breaker = by[1]
-    assert (breaker["status"], breaker["stop_reason"], breaker["salvaged"], breaker["result"]) == ("failed", "abnormal", False, None)
-    assert breaker["error"] == "Error: subagent run ended abnormally (no progress: repeated failing exit_tool calls)"
+    assert (breaker["status"], breaker["stop_reason"], breaker["salvaged"], breaker["result"]) == (
+        "failed",
+        "abnormal",
+        False,
+        None,
+    )
+    assert (
+        breaker["error"]
+        == "Error: subagent run ended abnormally (no progress: repeated failing exit_tool calls)"
+    )
 
     plain = by[2]
-    assert (plain["status"], plain["outcome"], plain["result"]) == ("completed", "success", "plain final answer")
+    assert (plain["status"], plain["outcome"], plain["result"]) == (
+        "completed",
+        "success",
+        "plain final answer",
+    )
     assert any("declared structured result was not produced" in w for w in plain["warnings"])
 
     failover = by[3]
-    assert (failover["status"], failover["outcome"], failover["model"]) == ("completed", "success", "sim-small")
+    assert (failover["status"], failover["outcome"], failover["model"]) == (
+        "completed",
+        "success",
+        "sim-small",
+    )
     assert failover["result"] == {"status": "Done", "summary": "after failover"}
 
     declined = by[4]
@@ -115,7 +153,11 @@ def test_scripted_batch_ends_each_clone_as_its_script_says(tmp_path):
     assert limit["error"] == "Error: subagent run hit its token limit before finishing"
 
     default = by[6]  # no script of its own: progress, then an exit payload that fits the schema
-    assert (default["status"], default["outcome"], default["model"]) == ("completed", "success", "sim-small")
+    assert (default["status"], default["outcome"], default["model"]) == (
+        "completed",
+        "success",
+        "sim-small",
+    )
     assert default["result"]["status"] == "completed"
 
     progress = [line for line in out.stderr.splitlines() if line.startswith("exec: progress ")]
@@ -125,11 +167,17 @@ def test_scripted_batch_ends_each_clone_as_its_script_says(tmp_path):
 
 def test_failover_is_reported_as_a_model_failover_event(fleet, tmp_path):
     script = tmp_path / "failover.yaml"
-    script.write_text("clones:\n  0:\n    - {error: 401}\n    - {tool: exit_tool, args: {success: true, summary: moved on}}\n")
+    script.write_text(
+        "clones:\n  0:\n    - {error: 401}\n    - {tool: exit_tool, args: {success: true, summary: moved on}}\n"
+    )
     batch = fleet.spawn("general-purpose", "fail over", count=1, sim_script=str(script))
     assert fleet.job_block([batch.batch_id], timeout_seconds=60)["done"]
     record = fleet.job_result(batch.job_ids[0])
-    assert (record["status"], record["model"], record["result"]["summary"]) == ("completed", "sim-large", "moved on")
+    assert (record["status"], record["model"], record["result"]["summary"]) == (
+        "completed",
+        "sim-large",
+        "moved on",
+    )
     events = [e["event"] for e in fleet.events(batch.batch_id)["events"]]
     moves = [e for e in events if e["type"] == "model_failover"]
     assert [(m["from"], m["to"]) for m in moves] == [("sim-small", "sim-large")]
@@ -149,7 +197,10 @@ def provider_serve(*extra: str, cwd: Path) -> Iterator[int]:
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "clonefleet", "provider", "serve", "--port", str(port), *extra],
-        cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 30
@@ -192,13 +243,28 @@ model_groups:
 def test_openai_provider_completes_a_batch_over_real_http(tmp_path):
     with provider_serve(cwd=tmp_path) as port:
         cfg = write_config(tmp_path, port)
-        out = clonefleet("run", "general-purpose", "--prompt", "summarise", "--count", "4", "--config", str(cfg), "--json", cwd=tmp_path)
+        out = clonefleet(
+            "run",
+            "general-purpose",
+            "--prompt",
+            "summarise",
+            "--count",
+            "4",
+            "--config",
+            str(cfg),
+            "--json",
+            cwd=tmp_path,
+        )
     assert out.returncode == 0, out.stderr
     by = records(out)
     assert sorted(by) == [0, 1, 2, 3]
     for index, record in by.items():
         remote, wire = (("remote-a", "sim-small"), ("remote-b", "sim-large"))[index % 2]
-        assert (record["status"], record["outcome"], record["model"]) == ("completed", "success", remote)
+        assert (record["status"], record["outcome"], record["model"]) == (
+            "completed",
+            "success",
+            remote,
+        )
         # The simulated server names the wire model it was asked for: the request went over HTTP.
         assert record["result"]["summary"].startswith(f"clone {index} ({wire}) finished")
         assert record["turns"] == 2 and record["usage"]["total_tokens"] > 0
@@ -220,19 +286,44 @@ def test_openai_provider_fault_modes_end_in_retry_failover_or_a_clear_failure(tm
     started = time.monotonic()
     with provider_serve("--script", "faults.yaml", cwd=tmp_path) as port:
         cfg = write_config(tmp_path, port)
-        out = clonefleet("run", "general-purpose", "--prompt", "x", "--count", "6", "--config", str(cfg), "--json", cwd=tmp_path)
+        out = clonefleet(
+            "run",
+            "general-purpose",
+            "--prompt",
+            "x",
+            "--count",
+            "6",
+            "--config",
+            str(cfg),
+            "--json",
+            cwd=tmp_path,
+        )
     assert out.returncode == 1, out.stderr
     by = records(out)
     assert sorted(by) == list(range(6)), out.stderr
     expected = {  # clone i starts on remote-a for even i, remote-b for odd i
         0: ("remote-b", "after 401"),  # 401 on remote-a: moved on at once
-        1: ("remote-b", "after retries"),  # 429 then an HTML 502 page: retried on the same candidate
-        2: ("remote-b", "after malformed"),  # broken JSON x3 on remote-a: retries spent, failed over
+        1: (
+            "remote-b",
+            "after retries",
+        ),  # 429 then an HTML 502 page: retried on the same candidate
+        2: (
+            "remote-b",
+            "after malformed",
+        ),  # broken JSON x3 on remote-a: retries spent, failed over
         4: ("remote-a", "after drip"),  # slow drip cut by the 1.5 s deadline, then retried
         5: ("remote-b", "after hang"),  # no answer: deadline, then retried
     }
     for index, (model, summary) in expected.items():
         record = by[index]
-        assert (record["status"], record["model"], record["result"]["summary"]) == ("completed", model, summary), record
-    assert (by[3]["status"], by[3]["stop_reason"], by[3]["error"]) == ("failed", "failed", "Error: subagent run failed")
+        assert (record["status"], record["model"], record["result"]["summary"]) == (
+            "completed",
+            model,
+            summary,
+        ), record
+    assert (by[3]["status"], by[3]["stop_reason"], by[3]["error"]) == (
+        "failed",
+        "failed",
+        "Error: subagent run failed",
+    )
     assert time.monotonic() - started < 120  # nothing hung

@@ -14,7 +14,14 @@ SHADOW = "---\nname: researcher\ndescription: my researcher\ntools: Read\n---\nb
 
 def cli(*args, cwd):
     env = {**os.environ, "XDG_CONFIG_HOME": str(cwd / "xdg")}
-    return subprocess.run([sys.executable, "-m", "clonefleet", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "clonefleet", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def project(tmp_path):
@@ -34,7 +41,9 @@ def test_validate_json_reports_definitions_errors_and_warnings_and_exits_1(tmp_p
     assert set(report) == {"definitions", "errors", "warnings"}
     names = {d["name"]: d for d in report["definitions"]}
     assert names["good"] == {"name": "good", "path": str(agents / "good.md"), "dialect": "claude"}
-    assert [(e["path"], e["reason"]) for e in report["errors"]] == [(str(agents / "bad.md"), "invalid-definition")]
+    assert [(e["path"], e["reason"]) for e in report["errors"]] == [
+        (str(agents / "bad.md"), "invalid-definition")
+    ]
     assert "exit-tool-in-tools" in report["errors"][0]["message"]
     assert any(w["name"] == "good" and "unknownkey" in w["message"] for w in report["warnings"])
 

@@ -26,13 +26,17 @@ from packaging.version import Version
 pytestmark = pytest.mark.timeout(20)
 
 ROOT = Path(__file__).resolve().parents[2]
-IMAGE = re.compile(r"^(?P<repo>[^:@\s]+):(?P<version>[^-\s]+)-ray(?P<ray>\d+\.\d+\.\d+)-py(?P<py>3)(?P<minor>\d+)$")
+IMAGE = re.compile(
+    r"^(?P<repo>[^:@\s]+):(?P<version>[^-\s]+)-ray(?P<ray>\d+\.\d+\.\d+)-py(?P<py>3)(?P<minor>\d+)$"
+)
 """``<registry>/clonefleet:<clonefleet version>-ray<ray version>-py3<minor>``."""
 GCS_PORT, CLIENT_PORT = 6379, 10001
 
 
 def shipped(name: str) -> dict[str, Any]:
-    text = importlib.resources.files("clonefleet.cluster").joinpath(name).read_text(encoding="utf-8")
+    text = (
+        importlib.resources.files("clonefleet.cluster").joinpath(name).read_text(encoding="utf-8")
+    )
     data = yaml.safe_load(text)
     assert isinstance(data, dict), f"{name} is not a YAML mapping"
     return data
@@ -67,7 +71,11 @@ def containers(manifest: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def head_container(manifest: dict[str, Any]) -> dict[str, Any]:
-    found = [c for c in manifest["spec"]["headGroupSpec"]["template"]["spec"]["containers"] if c["name"] == "ray-head"]
+    found = [
+        c
+        for c in manifest["spec"]["headGroupSpec"]["template"]["spec"]["containers"]
+        if c["name"] == "ray-head"
+    ]
     assert len(found) == 1, "the head group has one container named ray-head"
     return found[0]
 
@@ -80,7 +88,9 @@ def commands(config: dict[str, Any], key: str) -> str:
 def test_launcher_config_passes_rays_own_schema(launcher):
     spec = importlib.util.find_spec("ray")
     assert spec is not None and spec.submodule_search_locations, "ray is a dependency of clonefleet"
-    schema_path = Path(next(iter(spec.submodule_search_locations))) / "autoscaler" / "ray-schema.json"
+    schema_path = (
+        Path(next(iter(spec.submodule_search_locations))) / "autoscaler" / "ray-schema.json"
+    )
     schema = json.loads(schema_path.read_text(encoding="utf-8"))
     jsonschema.validate(launcher, schema)
 
@@ -92,11 +102,17 @@ def test_launcher_has_a_head_type_and_worker_types_with_cpus_and_bounds(launcher
     workers = {name: t for name, t in types.items() if name != head}
     assert workers, "at least one worker node type"
     for name, node_type in types.items():
-        assert isinstance(node_type["resources"].get("CPU"), int), f"{name}: resources.CPU sets the CPUs clonefleet counts"
+        assert isinstance(node_type["resources"].get("CPU"), int), (
+            f"{name}: resources.CPU sets the CPUs clonefleet counts"
+        )
     for name, node_type in workers.items():
-        assert 0 <= node_type["min_workers"] <= node_type["max_workers"] <= launcher["max_workers"], name
+        assert (
+            0 <= node_type["min_workers"] <= node_type["max_workers"] <= launcher["max_workers"]
+        ), name
     assert sum(t["min_workers"] for t in workers.values()) <= launcher["max_workers"]
-    assert sum(t["resources"]["CPU"] * t["min_workers"] for t in workers.values()) > 0, "the smallest cluster has CPUs for clone hosts"
+    assert sum(t["resources"]["CPU"] * t["min_workers"] for t in workers.values()) > 0, (
+        "the smallest cluster has CPUs for clone hosts"
+    )
 
 
 def test_launcher_starts_ray_with_client_port_autoscaler_and_no_dashboard(launcher):
@@ -130,8 +146,12 @@ def test_kuberay_manifest_is_an_autoscaling_raycluster_with_head_and_worker_grou
 
 def test_kuberay_worker_groups_have_ordered_replica_bounds(kuberay):
     for group in kuberay["spec"]["workerGroupSpecs"]:
-        assert 0 <= group["minReplicas"] <= group["replicas"] <= group["maxReplicas"], group["groupName"]
-    assert any(g["minReplicas"] > 0 for g in kuberay["spec"]["workerGroupSpecs"]), "the smallest cluster has worker pods"
+        assert 0 <= group["minReplicas"] <= group["replicas"] <= group["maxReplicas"], group[
+            "groupName"
+        ]
+    assert any(g["minReplicas"] > 0 for g in kuberay["spec"]["workerGroupSpecs"]), (
+        "the smallest cluster has worker pods"
+    )
 
 
 def test_kuberay_every_group_sets_num_cpus_matching_its_cpu_limit(kuberay):
@@ -142,7 +162,9 @@ def test_kuberay_every_group_sets_num_cpus_matching_its_cpu_limit(kuberay):
         num_cpus = group["rayStartParams"]["num-cpus"]
         assert isinstance(num_cpus, str) and int(num_cpus) > 0, group["groupName"]
         (container,) = group["template"]["spec"]["containers"]
-        assert str(container["resources"]["limits"]["cpu"]) == num_cpus, f"{group['groupName']}: num-cpus equals the CPU limit"
+        assert str(container["resources"]["limits"]["cpu"]) == num_cpus, (
+            f"{group['groupName']}: num-cpus equals the CPU limit"
+        )
 
 
 def test_kuberay_head_serves_gcs_and_ray_client_with_the_dashboard_off(kuberay):
@@ -161,13 +183,17 @@ def test_kuberay_head_serves_gcs_and_ray_client_with_the_dashboard_off(kuberay):
 
 
 def test_kuberay_turns_usage_stats_off_in_every_container(kuberay):
-    envs = [c.get("env", []) for c in containers(kuberay)] + [kuberay["spec"]["autoscalerOptions"].get("env", [])]
+    envs = [c.get("env", []) for c in containers(kuberay)] + [
+        kuberay["spec"]["autoscalerOptions"].get("env", [])
+    ]
     for env in envs:
         assert {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"} in env
 
 
 # -- the image -------------------------------------------------------------------------------
-def test_both_configs_run_one_clonefleet_image_of_the_ray_version_pyproject_allows(launcher, kuberay, project):
+def test_both_configs_run_one_clonefleet_image_of_the_ray_version_pyproject_allows(
+    launcher, kuberay, project
+):
     images = {c["image"] for c in containers(kuberay)} | {launcher["docker"]["image"]}
     assert len(images) == 1, f"one image everywhere, got {sorted(images)}"
     match = IMAGE.match(images.pop())

@@ -7,7 +7,9 @@ import sys
 
 
 def run_py(code: str, cwd) -> str:
-    out = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
@@ -29,6 +31,12 @@ def test_pure_core_does_not_import_ray(tmp_path):
 
 
 def test_cli_help_explains_run(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "clonefleet", "run", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "clonefleet", "run", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0
     assert "--count" in out.stdout and "--json" in out.stdout and "clones" in out.stdout

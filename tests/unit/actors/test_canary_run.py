@@ -24,14 +24,21 @@ LEAKS = (CANARY, CANARY[:12], CANARY[-6:])
 
 async def _echo_401(request: web.Request) -> web.Response:
     key = request.headers.get("authorization", "")
-    body = {"error": {"message": f"Incorrect API key provided: {key} ({CANARY[:12]}...{CANARY[-6:]})", "type": "invalid_api_key"}}
+    body = {
+        "error": {
+            "message": f"Incorrect API key provided: {key} ({CANARY[:12]}...{CANARY[-6:]})",
+            "type": "invalid_api_key",
+        }
+    }
     return web.json_response(body, status=401)
 
 
 async def _echo_503(request: web.Request) -> web.Response:
     key = request.headers.get("authorization", "")
     page = f"<html><head><title>503 {key}</title></head><body>upstream rejected {key}</body></html>"
-    return web.Response(status=503, text=page, content_type="text/html", headers={"Retry-After": "0"})
+    return web.Response(
+        status=503, text=page, content_type="text/html", headers={"Retry-After": "0"}
+    )
 
 
 @pytest.fixture
@@ -54,7 +61,12 @@ async def test_canary_key_stays_out_of_a_failing_run(echo_server, monkeypatch, c
     config = Config(
         providers={
             "a": {"kind": "openai", "base_url": f"{echo_server}/a/v1", "api_key_env": ENV},
-            "b": {"kind": "openai", "base_url": f"{echo_server}/b/v1", "api_key_env": ENV, "max_retries": 1},
+            "b": {
+                "kind": "openai",
+                "base_url": f"{echo_server}/b/v1",
+                "api_key_env": ENV,
+                "max_retries": 1,
+            },
         },
         models={"ma": {"provider": "a", "name": "m"}, "mb": {"provider": "b", "name": "m"}},
     )
@@ -71,10 +83,19 @@ async def test_canary_key_stays_out_of_a_failing_run(echo_server, monkeypatch, c
     record = next(e["event"]["result"] for e in events if e["event"]["type"] == FINAL_EVENT)
     assert record["status"] == "failed" and record["error"] == "Error: subagent run failed"
     failover = [e["event"] for e in events if e["event"]["type"] == "model_failover"]
-    assert [(f["from"], f["to"]) for f in failover] == [("ma", "mb")] and "401" in failover[0]["reason"]
+    assert [(f["from"], f["to"]) for f in failover] == [("ma", "mb")] and "401" in failover[0][
+        "reason"
+    ]
     detail = next(e["event"]["detail"] for e in events if e["event"]["type"] == "error")
-    assert "ma: HTTP 401" in detail and "mb: HTTP 503" in detail and "[redacted]" in detail  # the echo was there
-    texts = [json.dumps(events, default=str), json.dumps(record), pickle.dumps(events).decode("latin-1"), caplog.text]
+    assert (
+        "ma: HTTP 401" in detail and "mb: HTTP 503" in detail and "[redacted]" in detail
+    )  # the echo was there
+    texts = [
+        json.dumps(events, default=str),
+        json.dumps(record),
+        pickle.dumps(events).decode("latin-1"),
+        caplog.text,
+    ]
     for text in texts:
         for leak in LEAKS:
             assert leak not in text

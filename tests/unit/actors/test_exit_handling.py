@@ -27,7 +27,10 @@ STATUS_SCHEMA = {
     [
         ({"success": True, "kind": "weird"}, Outcome.SUCCESS),  # the boolean wins over any string
         ({"success": False, "status": "ok"}, Outcome.FAILURE),
-        ({"kind": "weird", "status": "done"}, "weird"),  # the first present field decides, recognised or not
+        (
+            {"kind": "weird", "status": "done"},
+            "weird",
+        ),  # the first present field decides, recognised or not
         ({"outcome": "DONE", "status": "failed"}, Outcome.SUCCESS),  # lower-cased
         ({"outcome": "Canceled"}, Outcome.CANCELLED),
         ({"status": "FAILURE"}, Outcome.FAILURE),
@@ -61,7 +64,9 @@ def test_corrective_retry_names_the_recognised_families():
 
 def test_breaker_is_checked_before_salvage():
     judge = ExitJudge(STATUS_SCHEMA, retry_budget=0)
-    assert judge.judge({"status": "odd", "summary": "x"}).verdict is Verdict.SALVAGE  # budget 0: first one salvaged
+    assert (
+        judge.judge({"status": "odd", "summary": "x"}).verdict is Verdict.SALVAGE
+    )  # budget 0: first one salvaged
     judge = ExitJudge(STATUS_SCHEMA, retry_budget=2, breaker_threshold=2)
     payload = {"status": "odd", "summary": "same"}
     assert [judge.judge(payload).verdict for _ in range(2)] == [Verdict.RETRY, Verdict.BREAK]
@@ -80,14 +85,26 @@ def test_alternating_failing_payloads_never_trip_the_breaker():
 
 
 def test_declared_enum_outside_the_families_is_enforced_by_the_schema():
-    schema = {"type": "object", "properties": {"status": {"enum": ["shipped", "blocked"]}}, "required": ["status"]}
+    schema = {
+        "type": "object",
+        "properties": {"status": {"enum": ["shipped", "blocked"]}},
+        "required": ["status"],
+    }
     judge = ExitJudge(schema)
-    assert judge.judge({"status": "done"}).verdict is Verdict.RETRY  # recognised, but not in the declared enum
-    assert judge.judge({"status": "shipped"}).verdict is Verdict.RETRY  # in the enum, but unrecognised
+    assert (
+        judge.judge({"status": "done"}).verdict is Verdict.RETRY
+    )  # recognised, but not in the declared enum
+    assert (
+        judge.judge({"status": "shipped"}).verdict is Verdict.RETRY
+    )  # in the enum, but unrecognised
 
 
 def test_local_refs_resolve_inside_the_document():
-    schema = {"$defs": {"s": {"type": "string", "enum": ["done", "failed"]}}, "type": "object", "properties": {"status": {"$ref": "#/$defs/s"}}}
+    schema = {
+        "$defs": {"s": {"type": "string", "enum": ["done", "failed"]}},
+        "type": "object",
+        "properties": {"status": {"$ref": "#/$defs/s"}},
+    }
     judge = ExitJudge(schema)
     assert judge.judge({"status": "nope"}).verdict is Verdict.RETRY
     decision = judge.judge({"status": "failed"})
@@ -113,7 +130,9 @@ def schema_server():
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+    )
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}", hits
     server.shutdown()
@@ -126,7 +145,11 @@ def test_remote_ref_is_never_fetched(schema_server):
     decision = ExitJudge(schema).judge({"status": "done"})
     assert decision.verdict is Verdict.BREAK and "never fetched" in decision.error
     assert "$ref" in (schema_errors({"status": "done"}, schema) or "")
-    relative = {"$id": f"{base}/root.json", "type": "object", "properties": {"status": {"$ref": "other.json"}}}
+    relative = {
+        "$id": f"{base}/root.json",
+        "type": "object",
+        "properties": {"status": {"$ref": "other.json"}},
+    }
     assert ExitJudge(relative).judge({"status": "done"}).verdict is Verdict.BREAK
     assert hits == []
 
@@ -149,24 +172,48 @@ def test_an_invalid_schema_is_a_definition_error_before_the_run():
 
 # -- whole runs -------------------------------------------------------------------------------
 async def test_salvaged_run_is_completed_with_concerns_and_the_full_last_payload():
-    model = ScriptedModel([reply("", call("exit_tool", f"c{i}", status=s, summary=f"try {i}")) for i, s in enumerate(["shipped", "landed", "merged"])])
+    model = ScriptedModel(
+        [
+            reply("", call("exit_tool", f"c{i}", status=s, summary=f"try {i}"))
+            for i, s in enumerate(["shipped", "landed", "merged"])
+        ]
+    )
     events = []
-    result = await Clone(make_spec(exit_schema=STATUS_SCHEMA, exit_schema_declared=True), model, emit=events.append).run()
+    result = await Clone(
+        make_spec(exit_schema=STATUS_SCHEMA, exit_schema_declared=True), model, emit=events.append
+    ).run()
     model.assert_complete()
-    assert (result.status, result.stop_reason, result.error) == ("completed", StopReason.COMPLETED, None)
+    assert (result.status, result.stop_reason, result.error) == (
+        "completed",
+        StopReason.COMPLETED,
+        None,
+    )
     assert result.salvaged and result.nonconforming and result.concerns
     assert result.result == {"status": "merged", "summary": "try 2"}
     corrective = [m for m in model.calls[2].messages if m.role == "tool"]
-    assert len(corrective) == 2 and all(m.is_error and "unrecognised status" in m.content for m in corrective)
+    assert len(corrective) == 2 and all(
+        m.is_error and "unrecognised status" in m.content for m in corrective
+    )
     assert events[-1]["type"] == "result" and events[-1]["status"] == "completed"
 
 
 async def test_breaker_run_is_abnormal_and_never_salvaged():
-    model = ScriptedModel([reply("", call("exit_tool", f"c{i}", status="shipped", summary="same")) for i in range(3)])
-    result = await Clone(make_spec(exit_schema=STATUS_SCHEMA, exit_schema_declared=True), model).run()
-    assert result.stop_reason is StopReason.ABNORMAL and result.status == "failed" and result.outcome == "failure"
+    model = ScriptedModel(
+        [reply("", call("exit_tool", f"c{i}", status="shipped", summary="same")) for i in range(3)]
+    )
+    result = await Clone(
+        make_spec(exit_schema=STATUS_SCHEMA, exit_schema_declared=True), model
+    ).run()
+    assert (
+        result.stop_reason is StopReason.ABNORMAL
+        and result.status == "failed"
+        and result.outcome == "failure"
+    )
     assert not result.salvaged and not result.nonconforming and result.result is None
-    assert result.error == "Error: subagent run ended abnormally (no progress: repeated failing exit_tool calls)"
+    assert (
+        result.error
+        == "Error: subagent run ended abnormally (no progress: repeated failing exit_tool calls)"
+    )
 
 
 async def test_other_tool_activity_between_failing_exit_calls_resets_the_breaker():
@@ -182,18 +229,30 @@ async def test_other_tool_activity_between_failing_exit_calls_resets_the_breaker
     assert result.stop_reason is StopReason.COMPLETED and result.salvaged
 
 
-@pytest.mark.parametrize(("status", "outcome"), [("Done", "success"), ("error", "failure"), ("CANCEL", "cancelled")])
+@pytest.mark.parametrize(
+    ("status", "outcome"), [("Done", "success"), ("error", "failure"), ("CANCEL", "cancelled")]
+)
 async def test_recognised_status_is_accepted_at_once(status, outcome):
     model = ScriptedModel([reply("", call("exit_tool", status=status, summary="s"))])
-    result = await Clone(make_spec(exit_schema=STATUS_SCHEMA, exit_schema_declared=True), model).run()
+    result = await Clone(
+        make_spec(exit_schema=STATUS_SCHEMA, exit_schema_declared=True), model
+    ).run()
     model.assert_complete()
     assert (result.status, result.outcome, result.salvaged) == ("completed", outcome, False)
 
 
 async def test_plain_text_with_a_declared_schema_warns_without_changing_the_result():
-    declared = await Clone(make_spec(exit_schema=STATUS_SCHEMA, exit_schema_declared=True), ScriptedModel([reply("just text")])).run()
+    declared = await Clone(
+        make_spec(exit_schema=STATUS_SCHEMA, exit_schema_declared=True),
+        ScriptedModel([reply("just text")]),
+    ).run()
     default = await Clone(make_spec(), ScriptedModel([reply("just text")])).run()
     for result in (declared, default):
-        assert (result.status, result.outcome, result.result, result.error) == ("completed", "success", "just text", None)
+        assert (result.status, result.outcome, result.result, result.error) == (
+            "completed",
+            "success",
+            "just text",
+            None,
+        )
     assert [w for w in declared.warnings if "declared structured result was not produced" in w]
     assert not default.warnings

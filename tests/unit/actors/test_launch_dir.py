@@ -18,7 +18,14 @@ pytestmark = pytest.mark.timeout(20)
 def plan(caller: Path, cwd: str | None, approve: bool = False) -> str:
     config = Config()
     req = BatchRequest(agent="general-purpose", prompt="x", count=1, cwd=cwd, approve_chdir=approve)
-    specs = plan_specs(req, load_catalog(caller, [], config), config, batch_id="b", job_ids=["sa_00000001"], caller_cwd=caller)
+    specs = plan_specs(
+        req,
+        load_catalog(caller, [], config),
+        config,
+        batch_id="b",
+        job_ids=["sa_00000001"],
+        caller_cwd=caller,
+    )
     return specs[0].cwd
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pickle
-from typing import Literal, Optional
+from typing import Literal
 
 import pytest
 
@@ -19,7 +19,12 @@ def exit_call(call_id: str = "cx") -> object:
     return call("exit_tool", call_id, success=True, summary="ok")
 
 
-def lookup(key: str, limit: Optional[int] = None, tags: list[str] = [], mode: Literal["fast", "full"] = "fast") -> dict:  # noqa: B006
+def lookup(
+    key: str,
+    limit: int | None = None,
+    tags: list[str] = [],  # noqa: B006 (the default shows up in the derived schema)
+    mode: Literal["fast", "full"] = "fast",
+) -> dict:
     """Look a key up in the catalogue.
 
     Args:
@@ -54,7 +59,9 @@ def test_function_signature_becomes_json_schema():
     assert props["limit"]["description"] == "most rows to return; none means all."
     assert props["tags"]["type"] == "array" and props["tags"]["items"] == {"type": "string"}
     assert props["mode"]["enum"] == ["fast", "full"]
-    assert spec.parameters["required"] == ["key"] and spec.parameters["additionalProperties"] is False
+    assert (
+        spec.parameters["required"] == ["key"] and spec.parameters["additionalProperties"] is False
+    )
 
 
 def test_tool_context_parameter_is_hidden_from_the_model():
@@ -92,12 +99,18 @@ async def test_function_tools_validate_arguments_inject_context_and_report_failu
             reply("", exit_call()),
         ]
     )
-    spec = make_spec(extra_tools=tools, tools=("lookup", "where", "shout", "broken"), cwd=str(tmp_path))
+    spec = make_spec(
+        extra_tools=tools, tools=("lookup", "where", "shout", "broken"), cwd=str(tmp_path)
+    )
     result = await Clone(spec, model).run()
     assert result.status == "completed"
     out = {m.tool_call_id: m for m in model.calls[1].messages if m.role == "tool"}
     assert json.loads(out["c1"].content) == {"key": "k", "limit": 3, "tags": [], "mode": "full"}
-    assert out["c2"].is_error and "invalid arguments for lookup" in out["c2"].content and "mode" in out["c2"].content
+    assert (
+        out["c2"].is_error
+        and "invalid arguments for lookup" in out["c2"].content
+        and "mode" in out["c2"].content
+    )
     assert out["c3"].content == str(tmp_path)
     assert out["c4"].content == "HEY"
     assert out["c5"].is_error and "RuntimeError: the catalogue is down" in out["c5"].content
@@ -106,7 +119,9 @@ async def test_function_tools_validate_arguments_inject_context_and_report_failu
 # -- tools: aliases, argument checks, deferral, switch_facet ------------------------------------
 async def test_claude_aliases_grant_the_built_in_tools(tmp_path):
     (tmp_path / "f.txt").write_text("via alias")
-    model = ScriptedModel([reply("", call("file_read", "c1", path="f.txt")), reply("", exit_call())])
+    model = ScriptedModel(
+        [reply("", call("file_read", "c1", path="f.txt")), reply("", exit_call())]
+    )
     await Clone(make_spec(tools=("Read", "Bash"), cwd=str(tmp_path)), model).run()
     names = {t.name for t in model.calls[0].tools}
     assert {"file_read", "shell"} <= names and not {"Read", "Bash", "file_write"} & names
@@ -122,7 +137,9 @@ async def test_built_in_tool_arguments_are_checked_before_running(tmp_path):
 
 async def test_tool_search_lists_deferred_tools_and_loads_them_by_keyword_or_select():
     tools = (tool_from_function(lookup), tool_from_function(shout))
-    spec = make_spec(extra_tools=tools, tools=("lookup", "shout", "file_read"), undeferred_tools=("file_read",))
+    spec = make_spec(
+        extra_tools=tools, tools=("lookup", "shout", "file_read"), undeferred_tools=("file_read",)
+    )
     model = ScriptedModel(
         [
             reply("", call("tool_search", "c1", query="zebra")),
@@ -135,22 +152,37 @@ async def test_tool_search_lists_deferred_tools_and_loads_them_by_keyword_or_sel
     await Clone(spec, model).run()
     first = model.calls[0]
     assert "Deferred tools (load with tool_search): lookup, shout" in first.messages[0].content
-    assert {t.name for t in first.tools} == {"file_read", "progress_update", "exit_tool", "tool_search"}
+    assert {t.name for t in first.tools} == {
+        "file_read",
+        "progress_update",
+        "exit_tool",
+        "tool_search",
+    }
     assert "no deferred tool matches" in model.calls[1].messages[-1].content
     found = json.loads(model.calls[2].messages[-1].content)
-    assert [f["name"] for f in found] == ["lookup"] and found[0]["parameters"]["required"] == ["key"]
-    assert "lookup" in {t.name for t in model.calls[2].tools} and "shout" not in {t.name for t in model.calls[2].tools}
+    assert [f["name"] for f in found] == ["lookup"] and found[0]["parameters"]["required"] == [
+        "key"
+    ]
+    assert "lookup" in {t.name for t in model.calls[2].tools} and "shout" not in {
+        t.name for t in model.calls[2].tools
+    }
     assert model.calls[4].messages[-1].content == "NOW"
     assert "tool_search" not in {t.name for t in model.calls[4].tools}  # nothing left to find
 
 
 async def test_switch_facet_is_never_offered_and_a_call_is_an_error_the_run_survives():
     spec = make_spec(tools=("switch_facet", "file_read"))
-    model = ScriptedModel([reply("", call("switch_facet", "c1", facet="other")), reply("", exit_call())])
+    model = ScriptedModel(
+        [reply("", call("switch_facet", "c1", facet="other")), reply("", exit_call())]
+    )
     result = await Clone(spec, model).run()
     assert "switch_facet" not in {t.name for t in model.calls[0].tools}
     msg = model.calls[1].messages[-1]
-    assert msg.is_error and msg.content == "Error: switch_facet is not available to subagents: a subagent's facet is fixed for the run"
+    assert (
+        msg.is_error
+        and msg.content
+        == "Error: switch_facet is not available to subagents: a subagent's facet is fixed for the run"
+    )
     assert result.status == "completed"
 
 
@@ -173,7 +205,10 @@ async def test_skill_tool_loads_a_catalogue_skill_that_survives_compaction():
     await clone.run()
     skill_spec = next(t for t in model.calls[0].tools if t.name == "skill")
     assert "style: House style." in skill_spec.description
-    assert model.calls[1].messages[-1].is_error and "unknown skill 'nope'" in model.calls[1].messages[-1].content
+    assert (
+        model.calls[1].messages[-1].is_error
+        and "unknown skill 'nope'" in model.calls[1].messages[-1].content
+    )
     assert "SKILL-STYLE-BODY" in model.calls[2].messages[-1].content
     assert any(m.pinned and "SKILL-STYLE-BODY" in m.content for m in model.calls[-1].messages)
 
@@ -190,8 +225,13 @@ async def test_token_budget_stops_the_run_with_the_exact_text():
     events = []
     result = await Clone(make_spec(max_tokens=250, max_turns=50), model, emit=events.append).run()
     assert result.stop_reason is StopReason.TOKEN_LIMIT and result.status == "failed"
-    assert result.turns == 3 and result.usage["total_tokens"] == 300  # 100 a turn; stops once past 250
-    assert result.error == "Error: subagent run hit its token limit before finishing" and result.result is None
+    assert (
+        result.turns == 3 and result.usage["total_tokens"] == 300
+    )  # 100 a turn; stops once past 250
+    assert (
+        result.error == "Error: subagent run hit its token limit before finishing"
+        and result.result is None
+    )
     assert any(e["type"] == "error" and "token budget 250" in e["detail"] for e in events)
 
 
@@ -204,11 +244,18 @@ async def test_compaction_keeps_system_skills_task_and_the_latest_progress_only(
         seen.append(req)
         n = next(turns)
         if n < 12:
-            return reply(f"thinking {n} " + "x" * 400, call("progress_update", f"c{n}", summary=f"step {n}"))
+            return reply(
+                f"thinking {n} " + "x" * 400, call("progress_update", f"c{n}", summary=f"step {n}")
+            )
         return reply("", exit_call())
 
     events = []
-    spec = make_spec(context_budget_tokens=400, task="THE-TASK", instructions="THE-BODY", skills=(("style", "SKILL-BODY"),))
+    spec = make_spec(
+        context_budget_tokens=400,
+        task="THE-TASK",
+        instructions="THE-BODY",
+        skills=(("style", "SKILL-BODY"),),
+    )
     clone = Clone(spec, FunctionModel(fn), emit=events.append)
     result = await clone.run()
     assert result.status == "completed"
@@ -237,7 +284,9 @@ async def test_inbox_deliveries_arrive_once_in_order_and_checkpoints_follow_each
     async def checkpoint(state):
         checkpoints.append(state["turns"])
 
-    model = ScriptedModel([reply("", call("progress_update", "c1", summary="a")), reply("", exit_call())])
+    model = ScriptedModel(
+        [reply("", call("progress_update", "c1", summary="a")), reply("", exit_call())]
+    )
     events = []
     await Clone(make_spec(), model, emit=events.append, inbox=inbox, checkpoint=checkpoint).run()
     users = [m.content for m in model.calls[1].messages if m.role == "user"]

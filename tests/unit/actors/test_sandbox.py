@@ -35,7 +35,15 @@ async def run(tool: str, root: Path, **args: object) -> str:
 # -- the check ---------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "path",
-    ["..", "../proj_evil/secret.txt", "sub/../../proj_evil/secret.txt", "sub/../..", "/etc/passwd", "/", "a\0b"],
+    [
+        "..",
+        "../proj_evil/secret.txt",
+        "sub/../../proj_evil/secret.txt",
+        "sub/../..",
+        "/etc/passwd",
+        "/",
+        "a\0b",
+    ],
 )
 def test_escaping_paths_are_refused(tree, path):
     root, _ = tree
@@ -51,7 +59,9 @@ def test_prefix_trick_absolute_path_of_a_sibling_is_refused(tree):
         resolve_inside(root, str(outside / "secret.txt"))
 
 
-@pytest.mark.parametrize("path", [".", "inside.txt", "sub/../inside.txt", "sub/data.txt", "new/dir/file.txt"])
+@pytest.mark.parametrize(
+    "path", [".", "inside.txt", "sub/../inside.txt", "sub/data.txt", "new/dir/file.txt"]
+)
 def test_paths_inside_are_accepted(tree, path):
     root, _ = tree
     real = resolve_inside(root, path)
@@ -135,7 +145,9 @@ async def test_file_write_refuses_outside_and_writes_nothing_there(tree):
         with pytest.raises(ToolRetry):
             await run("file_write", root, path=path, content="x")
     assert sorted(p.name for p in outside.iterdir()) == ["data.txt", "secret.txt"]
-    assert "wrote 5 characters" in await run("file_write", root, path="deep/er/f.txt", content="hello")
+    assert "wrote 5 characters" in await run(
+        "file_write", root, path="deep/er/f.txt", content="hello"
+    )
     assert (root / "deep" / "er" / "f.txt").read_text() == "hello"
 
 
@@ -162,7 +174,12 @@ async def test_list_dir_refuses_outside_and_marks_links(tree):
 async def test_glob_refuses_escaping_patterns_and_never_lists_outside_files(tree):
     root, outside = tree
     (root / "out_dir").symlink_to(outside, target_is_directory=True)
-    for args in ({"pattern": "../*"}, {"pattern": str(outside / "*")}, {"pattern": "*", "path": ".."}, {"pattern": "*", "path": "out_dir"}):
+    for args in (
+        {"pattern": "../*"},
+        {"pattern": str(outside / "*")},
+        {"pattern": "*", "path": ".."},
+        {"pattern": "*", "path": "out_dir"},
+    ):
         with pytest.raises(ToolRetry):
             await run("glob", root, **args)
     listed = (await run("glob", root, pattern="**/*.txt")).splitlines()
@@ -183,7 +200,7 @@ async def test_grep_refuses_outside_and_never_reads_through_links(tree):
 async def test_shell_runs_in_the_launch_directory(tree):
     root, _ = tree
     out = await run("shell", root, command="pwd; cat inside.txt")
-    assert out.splitlines() == ["exit status 0", os.path.realpath(root), "inside text"]
+    assert out.splitlines() == ["exit status 0", str(root.resolve()), "inside text"]
 
 
 def _alive(pid: int) -> bool:
@@ -199,7 +216,9 @@ async def test_shell_timeout_kills_the_command_and_its_children(tree, tmp_path):
     pidfile = tmp_path / "child.pid"
     command = f"sleep 30 & echo $! > {pidfile}; wait"
     with pytest.raises(ToolRetry, match="timed out"):
-        await BUILTIN_TOOLS["shell"].run({"command": command}, ToolContext(root=root, shell_timeout_s=0.3))
+        await BUILTIN_TOOLS["shell"].run(
+            {"command": command}, ToolContext(root=root, shell_timeout_s=0.3)
+        )
     pid = int(pidfile.read_text())
     for _ in range(100):  # bounded poll: the background child was in the killed process group
         if not _alive(pid):

@@ -11,7 +11,9 @@ pytestmark = pytest.mark.timeout(20)
 
 
 def req(clone_index: int) -> ModelRequest:
-    return ModelRequest(model="sim-small", messages=(), metadata={"batch_id": "b", "clone_index": clone_index})
+    return ModelRequest(
+        model="sim-small", messages=(), metadata={"batch_id": "b", "clone_index": clone_index}
+    )
 
 
 @pytest.mark.parametrize(
@@ -36,7 +38,12 @@ def test_bad_scripts_are_config_errors_naming_the_key(data, key):
 
 async def test_steps_are_consumed_per_request_attempt_and_per_clone():
     script = SimScript.from_data(
-        {"default": [{"text": "default answer"}], "clones": {1: [{"error": 503, "retry_after": 0.5}, {"malformed": True}, {"text": "one"}]}}
+        {
+            "default": [{"text": "default answer"}],
+            "clones": {
+                1: [{"error": 503, "retry_after": 0.5}, {"malformed": True}, {"text": "one"}]
+            },
+        }
     )
     model = SimulatedModel(SimBrain(script=script))
     with pytest.raises(ModelHTTPError) as info:

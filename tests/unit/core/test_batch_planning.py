@@ -36,7 +36,9 @@ def skill(root: Path, name: str, body: str, disabled: bool = False) -> None:
     folder = root / ".clonefleet" / "skills" / name
     folder.mkdir(parents=True)
     extra = "disable_model_invocation: true\n" if disabled else ""
-    (folder / "SKILL.md").write_text(f"---\nname: {name}\ndescription: {name} skill\n{extra}---\n{body}\n")
+    (folder / "SKILL.md").write_text(
+        f"---\nname: {name}\ndescription: {name} skill\n{extra}---\n{body}\n"
+    )
 
 
 @pytest.fixture
@@ -56,7 +58,15 @@ def plan(project: Path, agent: str, **kw):
     catalog = load_catalog(project, (), config)
     skills = load_skills(project, (), config)
     req = BatchRequest(agent=agent, prompt="go", **kw)
-    return plan_specs(req, catalog, config, batch_id="b_1", job_ids=["sa_00000001"], caller_cwd=project, skills=skills)
+    return plan_specs(
+        req,
+        catalog,
+        config,
+        batch_id="b_1",
+        job_ids=["sa_00000001"],
+        caller_cwd=project,
+        skills=skills,
+    )
 
 
 def test_skill_tool_gets_only_skills_the_definitions_policy_allows(project):
@@ -70,17 +80,41 @@ def test_skill_reference_in_the_prompt_is_injected_and_a_denied_one_refused(proj
 
     config = Config()
     catalog, skills = load_catalog(project, (), config), load_skills(project, (), config)
-    (spec,) = plan_specs(BatchRequest(agent="writer", prompt="use @skill:style"), catalog, config, batch_id="b", job_ids=["sa_1"], caller_cwd=project, skills=skills)
+    (spec,) = plan_specs(
+        BatchRequest(agent="writer", prompt="use @skill:style"),
+        catalog,
+        config,
+        batch_id="b",
+        job_ids=["sa_1"],
+        caller_cwd=project,
+        skills=skills,
+    )
     assert [(n, b.strip()) for n, b in spec.skills] == [("style", "STYLE-BODY")]
     with pytest.raises(DefinitionError):
-        plan_specs(BatchRequest(agent="writer", prompt="use @skill:secret"), catalog, config, batch_id="b", job_ids=["sa_2"], caller_cwd=project, skills=skills)
+        plan_specs(
+            BatchRequest(agent="writer", prompt="use @skill:secret"),
+            catalog,
+            config,
+            batch_id="b",
+            job_ids=["sa_2"],
+            caller_cwd=project,
+            skills=skills,
+        )
 
 
 def test_inherit_tools_unions_the_callers_tools_minus_denied_and_switch_facet(project):
     config = Config()
     catalog = load_catalog(project, (), config)
     req = BatchRequest(agent="inheritor", prompt="x")
-    (spec,) = plan_specs(req, catalog, config, batch_id="b", job_ids=["sa_3"], caller_cwd=project, caller_tools=("file_read", "shell", "switch_facet"))
+    (spec,) = plan_specs(
+        req,
+        catalog,
+        config,
+        batch_id="b",
+        job_ids=["sa_3"],
+        caller_cwd=project,
+        caller_tools=("file_read", "shell", "switch_facet"),
+    )
     assert spec.tools == ("grep", "file_read")
 
 

@@ -14,7 +14,9 @@ SAMPLES = [
     errors.UsageError("bad argument"),
     errors.UnknownJobError("sa_12345678"),
     errors.IdCollision("sa_12345678"),
-    errors.DefinitionError("tools_deny may not contain exit_tool", "invalid-definition", "/x/a.md", "tools_deny"),
+    errors.DefinitionError(
+        "tools_deny may not contain exit_tool", "invalid-definition", "/x/a.md", "tools_deny"
+    ),
     errors.TemplateError("undefined name 'x'", "render-error", "/x/a.md", "body"),
     errors.ConfigError("bad key", "/x/config.yaml", "providers.local"),
     errors.ModelError("provider failed"),

@@ -6,7 +6,11 @@ import pytest
 
 from clonefleet.actors import ExitJudge, Outcome, Verdict, classify
 
-DEFAULT = {"type": "object", "properties": {"success": {"type": "boolean"}, "summary": {"type": "string"}}, "required": ["success", "summary"]}
+DEFAULT = {
+    "type": "object",
+    "properties": {"success": {"type": "boolean"}, "summary": {"type": "string"}},
+    "required": ["success", "summary"],
+}
 
 
 @pytest.mark.parametrize(

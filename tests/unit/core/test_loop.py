@@ -17,7 +17,12 @@ def collect():
 
 
 async def test_progress_then_exit_completes_with_payload():
-    model = ScriptedModel([reply("", call("progress_update", summary="half way")), reply("", call("exit_tool", "c2", success=True, summary="done it"))])
+    model = ScriptedModel(
+        [
+            reply("", call("progress_update", summary="half way")),
+            reply("", call("exit_tool", "c2", success=True, summary="done it")),
+        ]
+    )
     events, emit = collect()
     result = await Clone(make_spec(), model, emit=emit).run()
     model.assert_complete()
@@ -52,13 +57,20 @@ async def test_exit_with_success_false_is_completed_with_failure_outcome():
 async def test_plain_text_ending_completes_and_warns_only_for_declared_schema():
     plain = await Clone(make_spec(), ScriptedModel([reply("the answer")])).run()
     assert plain.result == "the answer" and plain.status == "completed" and not plain.warnings
-    declared = await Clone(make_spec(exit_schema_declared=True), ScriptedModel([reply("the answer")])).run()
+    declared = await Clone(
+        make_spec(exit_schema_declared=True), ScriptedModel([reply("the answer")])
+    ).run()
     assert declared.result == "the answer" and declared.outcome == "success"
     assert any("declared structured result" in w for w in declared.warnings)
 
 
 async def test_schema_violation_goes_back_to_model_as_tool_error():
-    model = ScriptedModel([reply("", call("exit_tool", summary="no flag")), reply("", call("exit_tool", "c2", success=True, summary="ok"))])
+    model = ScriptedModel(
+        [
+            reply("", call("exit_tool", summary="no flag")),
+            reply("", call("exit_tool", "c2", success=True, summary="ok")),
+        ]
+    )
     result = await Clone(make_spec(), model).run()
     assert result.status == "completed"
     tool_msg = model.calls[1].messages[-1]
@@ -66,12 +78,21 @@ async def test_schema_violation_goes_back_to_model_as_tool_error():
 
 
 async def test_unrecognised_status_is_retried_then_salvaged():
-    schema = {"type": "object", "properties": {"status": {"type": "string"}, "note": {"type": "string"}}, "required": ["status"]}
+    schema = {
+        "type": "object",
+        "properties": {"status": {"type": "string"}, "note": {"type": "string"}},
+        "required": ["status"],
+    }
     steps = [reply("", call("exit_tool", f"c{i}", status="weird", note=str(i))) for i in range(3)]
     model = ScriptedModel(steps)
     result = await Clone(make_spec(exit_schema=schema, exit_schema_declared=True), model).run()
     model.assert_complete()
-    assert result.status == "completed" and result.salvaged and result.nonconforming and result.concerns
+    assert (
+        result.status == "completed"
+        and result.salvaged
+        and result.nonconforming
+        and result.concerns
+    )
     assert result.result == {"status": "weird", "note": "2"}
 
 
@@ -100,7 +121,10 @@ async def test_token_budget_ends_with_token_limit():
 
 async def test_refusal_declines():
     result = await Clone(make_spec(), ScriptedModel([reply("I will not", refusal=True)])).run()
-    assert result.stop_reason is StopReason.DECLINED and result.error == "Error: subagent declined the task"
+    assert (
+        result.stop_reason is StopReason.DECLINED
+        and result.error == "Error: subagent declined the task"
+    )
 
 
 async def test_provider_failure_fails_the_run_with_exact_text():
@@ -124,7 +148,10 @@ async def test_requested_cancel_ends_cancelled():
     clone.request_cancel()
     task.cancel()
     result = await task
-    assert result.stop_reason is StopReason.CANCELLED and result.error == "Error: subagent run was cancelled"
+    assert (
+        result.stop_reason is StopReason.CANCELLED
+        and result.error == "Error: subagent run was cancelled"
+    )
 
 
 async def test_unrequested_cancel_propagates():
@@ -151,8 +178,16 @@ async def test_parallel_safe_tools_run_concurrently():
         await asyncio.wait_for(a.wait(), 2)
         return "right"
 
-    tools = (tool_from_function(left, parallel_safe=True), tool_from_function(right, parallel_safe=True))
-    model = ScriptedModel([reply("", call("left", "c1"), call("right", "c2")), reply("", call("exit_tool", "c3", success=True, summary="ok"))])
+    tools = (
+        tool_from_function(left, parallel_safe=True),
+        tool_from_function(right, parallel_safe=True),
+    )
+    model = ScriptedModel(
+        [
+            reply("", call("left", "c1"), call("right", "c2")),
+            reply("", call("exit_tool", "c3", success=True, summary="ok")),
+        ]
+    )
     result = await Clone(make_spec(extra_tools=tools, tools=("left", "right")), model).run()
     assert result.status == "completed"
     contents = [m.content for m in model.calls[1].messages if m.role == "tool"]
@@ -164,7 +199,11 @@ async def test_tool_outside_launch_directory_is_refused(tmp_path):
     (tmp_path.parent / "secret.txt").write_text("secret")
     model = ScriptedModel(
         [
-            reply("", call("file_read", "c1", path="inside.txt"), call("file_read", "c2", path="../secret.txt")),
+            reply(
+                "",
+                call("file_read", "c1", path="inside.txt"),
+                call("file_read", "c2", path="../secret.txt"),
+            ),
             reply("", call("exit_tool", "c3", success=True, summary="ok")),
         ]
     )
@@ -175,7 +214,12 @@ async def test_tool_outside_launch_directory_is_refused(tmp_path):
 
 
 async def test_switch_facet_is_refused():
-    model = ScriptedModel([reply("", call("switch_facet", "c1")), reply("", call("exit_tool", "c2", success=True, summary="ok"))])
+    model = ScriptedModel(
+        [
+            reply("", call("switch_facet", "c1")),
+            reply("", call("exit_tool", "c2", success=True, summary="ok")),
+        ]
+    )
     await Clone(make_spec(), model).run()
     msg = model.calls[1].messages[-1]
     assert msg.is_error and "switch_facet" in msg.content
@@ -186,7 +230,11 @@ async def test_deferred_tool_needs_tool_search_first():
         """Look a key up."""
         return f"value-of-{key}"
 
-    spec = make_spec(extra_tools=(tool_from_function(lookup),), tools=("lookup", "file_read"), undeferred_tools=("file_read",))
+    spec = make_spec(
+        extra_tools=(tool_from_function(lookup),),
+        tools=("lookup", "file_read"),
+        undeferred_tools=("file_read",),
+    )
     model = ScriptedModel(
         [
             reply("", call("lookup", "c1", key="a")),
@@ -212,7 +260,11 @@ async def test_compaction_keeps_system_prompt_skills_and_latest_progress():
         return reply("", call("exit_tool", "cx", success=True, summary="ok"))
 
     events, emit = collect()
-    clone = Clone(make_spec(context_budget_tokens=300, skills=(("style", "SKILL-BODY"),)), FunctionModel(fn), emit=emit)
+    clone = Clone(
+        make_spec(context_budget_tokens=300, skills=(("style", "SKILL-BODY"),)),
+        FunctionModel(fn),
+        emit=emit,
+    )
     await clone.run()
     assert any(e["type"] == "compaction" for e in events)
     contents = [m.content for m in clone.messages]

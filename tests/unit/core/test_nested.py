@@ -41,15 +41,37 @@ def project(tmp_path: Path) -> Path:
 
 
 def spawn_step(child: str, count: int = 1, background: bool = False) -> dict:
-    return {"tool": "subagent", "args": {"description": f"run {child}", "prompt": f"{child} task", "subagent_type": child, "count": count, "background": background}}
+    return {
+        "tool": "subagent",
+        "args": {
+            "description": f"run {child}",
+            "prompt": f"{child} task",
+            "subagent_type": child,
+            "count": count,
+            "background": background,
+        },
+    }
 
 
 def start(core: SchedulerCore, cwd: Path, script: dict, *, max_depth: int = 3) -> dict:
     config = Config(limits={"max_depth": max_depth})
     batch_id, ids = core.reserve_ids(1)
     catalog = load_catalog(cwd, (), config)
-    specs = plan_specs(BatchRequest(agent="root", prompt="top task"), catalog, config, batch_id=batch_id, job_ids=ids, caller_cwd=cwd)
-    sub = BatchSubmission(batch_id=batch_id, specs=specs, config=config, sim_script=SimScript.from_data(script), project_path=str(cwd))
+    specs = plan_specs(
+        BatchRequest(agent="root", prompt="top task"),
+        catalog,
+        config,
+        batch_id=batch_id,
+        job_ids=ids,
+        caller_cwd=cwd,
+    )
+    sub = BatchSubmission(
+        batch_id=batch_id,
+        specs=specs,
+        config=config,
+        sim_script=SimScript.from_data(script),
+        project_path=str(cwd),
+    )
     return core.submit(sub)
 
 
@@ -60,23 +82,39 @@ def exit_step(summary: str) -> dict:
 @pytest.mark.timeout(30)
 async def test_blocking_spawn_returns_child_results_and_links_parents(tmp_path):
     cwd = project(tmp_path)
-    script = {"agents": {"root": {"default": [spawn_step("middle"), exit_step("root done")]},
-                         "middle": {"default": [spawn_step("leaf", count=2), exit_step("middle done")]}}}
+    script = {
+        "agents": {
+            "root": {"default": [spawn_step("middle"), exit_step("root done")]},
+            "middle": {"default": [spawn_step("leaf", count=2), exit_step("middle done")]},
+        }
+    }
     core = SchedulerCore(LocalHost)
     out = start(core, cwd, script)
     root = out["job_ids"][0]
     assert (await core.job_block([root], timeout_seconds=20))["done"]
     assert core.job_result(root)["result"]["summary"] == "root done"
-    middle = [j for j in core.list_jobs(parent=root)["jobs"]]
-    assert len(middle) == 1 and middle[0]["agent"] == "middle" and middle[0]["status"] == "completed"
+    middle = list(core.list_jobs(parent=root)["jobs"])
+    assert (
+        len(middle) == 1 and middle[0]["agent"] == "middle" and middle[0]["status"] == "completed"
+    )
     leaves = core.list_jobs(parent=middle[0]["job_id"])["jobs"]
-    assert [j["agent"] for j in leaves] == ["leaf", "leaf"] and all(j["status"] == "completed" for j in leaves)
+    assert [j["agent"] for j in leaves] == ["leaf", "leaf"] and all(
+        j["status"] == "completed" for j in leaves
+    )
 
     page = await core.events(target=out["batch_id"], level="lifecycle")
-    nested = [e for e in page["events"] if e["event"]["type"] == "subagent_event" and e["event"]["event"]["type"] == "subagent_event"]
+    nested = [
+        e
+        for e in page["events"]
+        if e["event"]["type"] == "subagent_event"
+        and e["event"]["event"]["type"] == "subagent_event"
+    ]
     assert nested, "grandchild events arrive inside two envelopes"
     inner = nested[0]["event"]["event"]
-    assert nested[0]["subagent_run_id"] == root and nested[0]["event"]["subagent_run_id"] == middle[0]["job_id"]
+    assert (
+        nested[0]["subagent_run_id"] == root
+        and nested[0]["event"]["subagent_run_id"] == middle[0]["job_id"]
+    )
     assert inner["subagent_type"] == "leaf" and inner["display_name"].startswith("leaf #")
     terminal = [e for e in page["events"] if e["event"]["type"] == "result"]
     assert len(terminal) == 1  # only the root's own terminal event is unwrapped
@@ -86,9 +124,13 @@ async def test_blocking_spawn_returns_child_results_and_links_parents(tmp_path):
 @pytest.mark.timeout(30)
 async def test_cancel_reaches_grandchildren(tmp_path):
     cwd = project(tmp_path)
-    script = {"agents": {"root": {"default": [spawn_step("middle")]},
-                         "middle": {"default": [spawn_step("leaf", count=2)]},
-                         "leaf": {"default": [{"hang": True}]}}}
+    script = {
+        "agents": {
+            "root": {"default": [spawn_step("middle")]},
+            "middle": {"default": [spawn_step("leaf", count=2)]},
+            "leaf": {"default": [{"hang": True}]},
+        }
+    }
     core = SchedulerCore(LocalHost)
     root = start(core, cwd, script)["job_ids"][0]
     for _ in range(400):
@@ -100,7 +142,11 @@ async def test_cancel_reaches_grandchildren(tmp_path):
     await core.job_cancel(root)
     everything = list(core.jobs)
     assert (await core.job_block(everything, timeout_seconds=10))["done"]
-    assert {core.jobs[j].agent: str(core.jobs[j].state) for j in everything} == {"root": "cancelled", "middle": "cancelled", "leaf": "cancelled"}
+    assert {core.jobs[j].agent: str(core.jobs[j].state) for j in everything} == {
+        "root": "cancelled",
+        "middle": "cancelled",
+        "leaf": "cancelled",
+    }
     assert await core.job_cancel(root)  # idempotent
     await core.aclose()
 
@@ -108,14 +154,22 @@ async def test_cancel_reaches_grandchildren(tmp_path):
 @pytest.mark.timeout(30)
 async def test_depth_cap_refuses_spawn_with_clear_error(tmp_path):
     cwd = project(tmp_path)
-    script = {"agents": {"root": {"default": [spawn_step("middle"), exit_step("root done")]},
-                         "middle": {"default": [spawn_step("leaf"), exit_step("middle gave up")]}}}
+    script = {
+        "agents": {
+            "root": {"default": [spawn_step("middle"), exit_step("root done")]},
+            "middle": {"default": [spawn_step("leaf"), exit_step("middle gave up")]},
+        }
+    }
     core = SchedulerCore(LocalHost)
     root = start(core, cwd, script, max_depth=1)["job_ids"][0]
     assert (await core.job_block([root], timeout_seconds=20))["done"]
     assert not [j for j in core.jobs.values() if j.agent == "leaf"]
     events = (await core.events(level="tools"))["events"]
-    ends = [e["event"]["event"] for e in events if e["subagent_run_id"] == root and e["event"]["type"] == "subagent_event"]
+    ends = [
+        e["event"]["event"]
+        for e in events
+        if e["subagent_run_id"] == root and e["event"]["type"] == "subagent_event"
+    ]
     failed = [e for e in ends if e["type"] == "tool_call_end" and e["tool"] == "subagent"]
     assert failed and failed[0]["is_error"]
     await core.aclose()
@@ -124,9 +178,18 @@ async def test_depth_cap_refuses_spawn_with_clear_error(tmp_path):
 @pytest.mark.timeout(30)
 async def test_background_spawn_returns_ids_to_poll(tmp_path):
     cwd = project(tmp_path)
-    script = {"agents": {"root": {"default": [spawn_step("middle", count=3, background=True),
-                                              {"tool": "list_jobs", "args": {}}, exit_step("launched")]},
-                         "middle": {"default": [exit_step("child ok")]}}}
+    script = {
+        "agents": {
+            "root": {
+                "default": [
+                    spawn_step("middle", count=3, background=True),
+                    {"tool": "list_jobs", "args": {}},
+                    exit_step("launched"),
+                ]
+            },
+            "middle": {"default": [exit_step("child ok")]},
+        }
+    }
     core = SchedulerCore(LocalHost)
     root = start(core, cwd, script)["job_ids"][0]
     assert (await core.job_block([root], timeout_seconds=20))["done"]
@@ -141,11 +204,18 @@ async def test_job_control_tools_status_block_result_and_cancel(tmp_path):
     cwd = project(tmp_path)
     # The middle job hangs; root polls it, blocks briefly (timeout), reads a running result
     # (a clear error), cancels it, then ends.
-    script = {"agents": {"root": {"default": [
-        spawn_step("middle", background=True),
-        {"tool": "list_jobs", "args": {"agent": "middle"}},
-        {"tool": "exit_tool", "args": {"success": True, "summary": "done"}},
-    ]}, "middle": {"default": [{"hang": True}]}}}
+    script = {
+        "agents": {
+            "root": {
+                "default": [
+                    spawn_step("middle", background=True),
+                    {"tool": "list_jobs", "args": {"agent": "middle"}},
+                    {"tool": "exit_tool", "args": {"success": True, "summary": "done"}},
+                ]
+            },
+            "middle": {"default": [{"hang": True}]},
+        }
+    }
     core = SchedulerCore(LocalHost)
     root = start(core, cwd, script)["job_ids"][0]
     assert (await core.job_block([root], timeout_seconds=20))["done"]
@@ -153,6 +223,7 @@ async def test_job_control_tools_status_block_result_and_cancel(tmp_path):
     from clonefleet.actors._jobtools import job_tools
     from clonefleet.actors._tools import ToolContext
     from clonefleet.errors import ToolRetry
+
     tools = job_tools(core.control, root)
     ctx = ToolContext(root=cwd)
     status = await tools["job_status"].run({"job_id": middle}, ctx)

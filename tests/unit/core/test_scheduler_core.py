@@ -7,15 +7,34 @@ import pytest
 from clonefleet.actors import SimScript
 from clonefleet.config import Config
 from clonefleet.errors import UnknownJobError, UsageError
-from clonefleet.scheduler import TRANSITIONS, BatchSubmission, JobRecord, JobState, SchedulerCore, choose_clones_per_actor
+from clonefleet.scheduler import (
+    TRANSITIONS,
+    BatchSubmission,
+    JobRecord,
+    JobState,
+    SchedulerCore,
+    choose_clones_per_actor,
+)
 from clonefleet.testing import LocalHost, make_spec
 
 
 def submission(core, count, *, script=None, cap=None, per=None, latency_ms=0):
-    config = Config(providers={"sim": {"kind": "simulated", "simulated": {"latency_ms": latency_ms}}})
+    config = Config(
+        providers={"sim": {"kind": "simulated", "simulated": {"latency_ms": latency_ms}}}
+    )
     batch_id, ids = core.reserve_ids(count)
-    specs = tuple(make_spec(job_id=j, batch_id=batch_id, clone_index=i, clone_count=count, config=config) for i, j in enumerate(ids))
-    return BatchSubmission(batch_id=batch_id, specs=specs, config=config, sim_script=script, max_concurrency=cap, clones_per_actor=per)
+    specs = tuple(
+        make_spec(job_id=j, batch_id=batch_id, clone_index=i, clone_count=count, config=config)
+        for i, j in enumerate(ids)
+    )
+    return BatchSubmission(
+        batch_id=batch_id,
+        specs=specs,
+        config=config,
+        sim_script=script,
+        max_concurrency=cap,
+        clones_per_actor=per,
+    )
 
 
 async def test_batch_runs_to_completion_with_distinct_ids_and_one_result_event_each():
@@ -81,11 +100,17 @@ async def test_unknown_ids_are_refused_and_ids_in_use_collide():
     with pytest.raises(IdCollision) as info:
         core.submit(reused)  # a job id already in the table
     assert info.value.ident == sub.specs[0].job_id
-    doubled = replace(sub, batch_id="b_twice", specs=(replace(sub.specs[0], job_id="sa_99999999", batch_id="b_twice"),) * 2)
+    doubled = replace(
+        sub,
+        batch_id="b_twice",
+        specs=(replace(sub.specs[0], job_id="sa_99999999", batch_id="b_twice"),) * 2,
+    )
     with pytest.raises(IdCollision):
         core.submit(doubled)
     batch_id, ids = core.reserve_ids(1)
-    foreign = replace(sub, batch_id="b_thief", specs=(replace(sub.specs[0], job_id=ids[0], batch_id="b_thief"),))
+    foreign = replace(
+        sub, batch_id="b_thief", specs=(replace(sub.specs[0], job_id=ids[0], batch_id="b_thief"),)
+    )
     with pytest.raises(IdCollision):
         core.submit(foreign)  # reserved for another batch
     await core.aclose()
@@ -94,7 +119,9 @@ async def test_unknown_ids_are_refused_and_ids_in_use_collide():
 def test_transition_table_is_exhaustive_and_terminal_states_are_final():
     for src in JobState:
         for dst in JobState:
-            rec = JobRecord(job_id="sa_1", batch_id="b", agent="a", clone_index=0, clone_count=1, state=src)
+            rec = JobRecord(
+                job_id="sa_1", batch_id="b", agent="a", clone_index=0, clone_count=1, state=src
+            )
             if dst in TRANSITIONS[src]:
                 rec.move(dst)
                 assert rec.state is dst
@@ -103,7 +130,10 @@ def test_transition_table_is_exhaustive_and_terminal_states_are_final():
                     rec.move(dst)
 
 
-@pytest.mark.parametrize(("count", "cpus", "nodes", "per"), [(8, 2, 1, 4), (1, 2, 1, 1), (10_000, 2, 1, 5000), (10, 4, 3, 3), (3, 16, 1, 1)])
+@pytest.mark.parametrize(
+    ("count", "cpus", "nodes", "per"),
+    [(8, 2, 1, 4), (1, 2, 1, 1), (10_000, 2, 1, 5000), (10, 4, 3, 3), (3, 16, 1, 1)],
+)
 def test_clones_per_actor_is_chosen_from_batch_and_cluster(count, cpus, nodes, per):
     assert choose_clones_per_actor(count, cpus, nodes) == per
 
@@ -128,7 +158,15 @@ async def test_failed_run_keeps_exact_error_and_records_each_models_failure():
     sub = submission(core, 1, script=script)
     sub = BatchSubmission(
         batch_id=sub.batch_id,
-        specs=tuple(s.__class__(**{**{f: getattr(s, f) for f in s.__dataclass_fields__}, "candidates": ("sim-small", "sim-large")}) for s in sub.specs),
+        specs=tuple(
+            s.__class__(
+                **{
+                    **{f: getattr(s, f) for f in s.__dataclass_fields__},
+                    "candidates": ("sim-small", "sim-large"),
+                }
+            )
+            for s in sub.specs
+        ),
         config=sub.config,
         sim_script=script,
     )
@@ -136,7 +174,11 @@ async def test_failed_run_keeps_exact_error_and_records_each_models_failure():
     await core.job_block([job], timeout_seconds=10)
     status = core.job_status(job)
     assert status["error"] == "Error: subagent run failed"
-    assert "sim-small" in status["detail"] and "sim-large" in status["detail"] and "401" in status["detail"]
+    assert (
+        "sim-small" in status["detail"]
+        and "sim-large" in status["detail"]
+        and "401" in status["detail"]
+    )
     await core.aclose()
 
 

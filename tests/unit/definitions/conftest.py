@@ -36,7 +36,9 @@ def write_md() -> Callable[..., Path]:
     def write(folder: Path, filename: str, text: str, *, dedent: bool = True) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / filename
-        path.write_text(textwrap.dedent(text).lstrip("\n") if dedent else text, encoding="utf-8", newline="")
+        path.write_text(
+            textwrap.dedent(text).lstrip("\n") if dedent else text, encoding="utf-8", newline=""
+        )
         return path
 
     return write

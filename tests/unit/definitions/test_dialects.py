@@ -93,7 +93,9 @@ def test_polytoken_namespace_is_an_alias(write_md: Any, tmp_path: Path) -> None:
 
 
 def test_native_defaults_when_the_namespace_is_empty(write_md: Any, tmp_path: Path) -> None:
-    defn = _load(write_md, tmp_path, "bare.md", "---\nname: bare\ndescription: d\nclonefleet:\n---\nb\n")
+    defn = _load(
+        write_md, tmp_path, "bare.md", "---\nname: bare\ndescription: d\nclonefleet:\n---\nb\n"
+    )
     assert defn.tools is None and defn.model is None and defn.exit_tool_schema is None
     assert defn.effective_exit_schema == DEFAULT_EXIT_SCHEMA
     assert not defn.declares_exit_schema
@@ -106,19 +108,28 @@ def test_autonomous_hint_wins_over_the_old_spelling(write_md: Any, tmp_path: Pat
         "h.md",
         "---\nname: h\ndescription: d\nclonefleet:\n  auto_facet_hint: old\n  autonomous_hint: new\n---\n",
     )
-    old = _load(write_md, tmp_path, "o.md", "---\nname: o\ndescription: d\nclonefleet:\n  auto_facet_hint: old\n---\n")
+    old = _load(
+        write_md,
+        tmp_path,
+        "o.md",
+        "---\nname: o\ndescription: d\nclonefleet:\n  auto_facet_hint: old\n---\n",
+    )
     assert both.autonomous_hint == "new"
     assert old.autonomous_hint == "old"
 
 
 def test_native_name_must_equal_the_file_name(write_md: Any, tmp_path: Path) -> None:
     with pytest.raises(DefinitionError) as info:
-        _load(write_md, tmp_path, "file.md", "---\nname: other\ndescription: d\nclonefleet: {}\n---\n")
+        _load(
+            write_md, tmp_path, "file.md", "---\nname: other\ndescription: d\nclonefleet: {}\n---\n"
+        )
     assert info.value.reason == "name-mismatch"
 
 
 def test_native_top_level_extras_warn(write_md: Any, tmp_path: Path) -> None:
-    defn = _load(write_md, tmp_path, "t.md", "---\nname: t\ndescription: d\nmodel: x\nclonefleet: {}\n---\n")
+    defn = _load(
+        write_md, tmp_path, "t.md", "---\nname: t\ndescription: d\nmodel: x\nclonefleet: {}\n---\n"
+    )
     assert defn.model is None
     assert any("`model` is ignored in a native definition" in w for w in defn.warnings)
 
@@ -133,9 +144,16 @@ def test_native_top_level_extras_warn(write_md: Any, tmp_path: Path) -> None:
         ("exit_tool_schema", "true", "exit_tool_schema"),
     ],
 )
-def test_native_key_types_are_strict(write_md: Any, tmp_path: Path, key: str, value: str, fragment: str) -> None:
+def test_native_key_types_are_strict(
+    write_md: Any, tmp_path: Path, key: str, value: str, fragment: str
+) -> None:
     with pytest.raises(DefinitionError) as info:
-        _load(write_md, tmp_path, "k.md", f"---\nname: k\ndescription: d\nclonefleet:\n  {key}: {value}\n---\n")
+        _load(
+            write_md,
+            tmp_path,
+            "k.md",
+            f"---\nname: k\ndescription: d\nclonefleet:\n  {key}: {value}\n---\n",
+        )
     assert info.value.reason == "invalid-definition"
     assert f"clonefleet.{fragment}" in info.value.message
     assert "rule key-type" in info.value.message
@@ -143,7 +161,12 @@ def test_native_key_types_are_strict(write_md: Any, tmp_path: Path, key: str, va
 
 def test_native_unknown_key_suggests_the_right_one(write_md: Any, tmp_path: Path) -> None:
     with pytest.raises(DefinitionError) as info:
-        _load(write_md, tmp_path, "k.md", "---\nname: k\ndescription: d\npolytoken:\n  max_turn: 3\n---\n")
+        _load(
+            write_md,
+            tmp_path,
+            "k.md",
+            "---\nname: k\ndescription: d\npolytoken:\n  max_turn: 3\n---\n",
+        )
     assert "rule unknown-key" in info.value.message
     assert "polytoken.max_turns" in info.value.message
     assert info.value.field == "polytoken.max_turn"
@@ -151,7 +174,12 @@ def test_native_unknown_key_suggests_the_right_one(write_md: Any, tmp_path: Path
 
 def test_both_namespaces_at_once_are_rejected(write_md: Any, tmp_path: Path) -> None:
     with pytest.raises(DefinitionError) as info:
-        _load(write_md, tmp_path, "k.md", "---\nname: k\ndescription: d\nclonefleet: {}\npolytoken: {}\n---\n")
+        _load(
+            write_md,
+            tmp_path,
+            "k.md",
+            "---\nname: k\ndescription: d\nclonefleet: {}\npolytoken: {}\n---\n",
+        )
     assert "rule one-namespace" in info.value.message
 
 
@@ -179,13 +207,20 @@ def test_native_needs_a_description(write_md: Any, tmp_path: Path) -> None:
     ],
 )
 def test_claude_tools_shapes(write_md: Any, tmp_path: Path, tools_line: str, expected: Any) -> None:
-    defn = _load(write_md, tmp_path, "c.md", f"---\nname: c\ndescription: d\n{tools_line}\n---\nbody\n")
+    defn = _load(
+        write_md, tmp_path, "c.md", f"---\nname: c\ndescription: d\n{tools_line}\n---\nbody\n"
+    )
     assert defn.dialect is Dialect.CLAUDE
     assert defn.tools == expected
 
 
 def test_claude_body_is_verbatim_and_not_templated(write_md: Any, tmp_path: Path) -> None:
-    defn = _load(write_md, tmp_path, "c.md", "---\nname: c\ndescription: d\n---\nUse {{REPO_PATH}} {% if %}\n")
+    defn = _load(
+        write_md,
+        tmp_path,
+        "c.md",
+        "---\nname: c\ndescription: d\n---\nUse {{REPO_PATH}} {% if %}\n",
+    )
     assert not defn.templated
     assert defn.body == "Use {{REPO_PATH}} {% if %}\n"
 
@@ -195,7 +230,9 @@ def test_claude_name_may_differ_from_the_file_name(write_md: Any, tmp_path: Path
     assert defn.name == "other-name"
 
 
-def test_claude_missing_name_uses_the_file_name_with_a_warning(write_md: Any, tmp_path: Path) -> None:
+def test_claude_missing_name_uses_the_file_name_with_a_warning(
+    write_md: Any, tmp_path: Path
+) -> None:
     defn = _load(write_md, tmp_path, "stem.md", "---\ndescription: d\n---\n")
     assert defn.name == "stem"
     assert any("no `name`" in w for w in defn.warnings)
@@ -216,9 +253,16 @@ def test_claude_known_keys_map_onto_the_definition(write_md: Any, tmp_path: Path
 
 
 def test_claude_model_alias_and_id_are_kept(write_md: Any, tmp_path: Path) -> None:
-    assert _load(write_md, tmp_path, "a.md", "---\nname: a\ndescription: d\nmodel: sonnet\n---\n").model == "sonnet"
     assert (
-        _load(write_md, tmp_path, "b.md", "---\nname: b\ndescription: d\nmodel: vendor/x-9\n---\n").model
+        _load(
+            write_md, tmp_path, "a.md", "---\nname: a\ndescription: d\nmodel: sonnet\n---\n"
+        ).model
+        == "sonnet"
+    )
+    assert (
+        _load(
+            write_md, tmp_path, "b.md", "---\nname: b\ndescription: d\nmodel: vendor/x-9\n---\n"
+        ).model
         == "vendor/x-9"
     )
 
@@ -239,7 +283,9 @@ def test_claude_unknown_keys_and_tools_are_warnings(write_md: Any, tmp_path: Pat
     assert "color" not in text
 
 
-def test_claude_patterned_tools_are_not_granted_but_deny_fully(write_md: Any, tmp_path: Path) -> None:
+def test_claude_patterned_tools_are_not_granted_but_deny_fully(
+    write_md: Any, tmp_path: Path
+) -> None:
     defn = _load(
         write_md,
         tmp_path,
@@ -306,7 +352,9 @@ def test_register_refuses_the_reserved_name() -> None:
 
 
 def test_config_definitions_load_as_python(tmp_path: Path) -> None:
-    config = Config(subagents={"inline": {"description": "From config.", "body": "Hi", "tools": ["file_read"]}})
+    config = Config(
+        subagents={"inline": {"description": "From config.", "body": "Hi", "tools": ["file_read"]}}
+    )
     defn = load_catalog(tmp_path, config=config).get("inline")
     assert defn.dialect is Dialect.PYTHON
     assert defn.path == "config:subagents.inline"
@@ -317,7 +365,9 @@ def test_config_definition_name_must_match_its_key(tmp_path: Path) -> None:
     config = Config(subagents={"inline": {"name": "other", "description": "d"}})
     catalog = load_catalog(tmp_path, config=config)
     assert "inline" not in catalog.definitions
-    assert [(e.path, e.reason) for e in catalog.errors] == [("config:subagents.inline", "name-mismatch")]
+    assert [(e.path, e.reason) for e in catalog.errors] == [
+        ("config:subagents.inline", "name-mismatch")
+    ]
 
 
 def test_config_definition_with_unknown_key_is_reported(tmp_path: Path) -> None:
@@ -344,7 +394,13 @@ def test_value_objects_and_errors_pickle(fixtures_dir: Path) -> None:
     from clonefleet.errors import TemplateError
 
     objects: list[Any] = [
-        RenderedClone(index=1, task="t", instructions="i", skills=(InjectedSkill(name="s", body="b"),), job_id="sa_1"),
+        RenderedClone(
+            index=1,
+            task="t",
+            instructions="i",
+            skills=(InjectedSkill(name="s", body="b"),),
+            job_id="sa_1",
+        ),
         LoadFailure(path="p", reason="io-error", message="m"),
         LoadWarning(path=None, name="n", message="m"),
         TemplateError("boom", "template-limit", "p.md", "body"),

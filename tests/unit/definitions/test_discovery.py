@@ -38,7 +38,14 @@ def test_search_order_later_replaces_earlier(write_md: Any, tmp_path: Path, xdg_
     extra1, extra2 = tmp_path / "extra1", tmp_path / "extra2"
     cli1, cli2 = tmp_path / "cli1", tmp_path / "cli2"
     project = tmp_path / "proj"
-    layers = [xdg_home / "clonefleet" / "subagents", extra1, extra2, cli1, cli2, project / ".clonefleet" / "subagents"]
+    layers = [
+        xdg_home / "clonefleet" / "subagents",
+        extra1,
+        extra2,
+        cli1,
+        cli2,
+        project / ".clonefleet" / "subagents",
+    ]
     for i, folder in enumerate(layers):
         write_md(folder, "agent.md", _claude(f"layer{i}"))
         write_md(folder, f"only{i}.md", _claude(f"only{i}", name=f"only{i}"))
@@ -51,9 +58,17 @@ def test_search_order_later_replaces_earlier(write_md: Any, tmp_path: Path, xdg_
 
 
 @pytest.mark.parametrize("upto", range(1, 6))
-def test_each_layer_beats_the_ones_before_it(write_md: Any, tmp_path: Path, xdg_home: Path, upto: int) -> None:
+def test_each_layer_beats_the_ones_before_it(
+    write_md: Any, tmp_path: Path, xdg_home: Path, upto: int
+) -> None:
     extra, cli, project = tmp_path / "extra", tmp_path / "cli", tmp_path / "proj"
-    layers = [SHIPPED_DIR, xdg_home / "clonefleet" / "subagents", extra, cli, project / ".clonefleet" / "subagents"]
+    layers = [
+        SHIPPED_DIR,
+        xdg_home / "clonefleet" / "subagents",
+        extra,
+        cli,
+        project / ".clonefleet" / "subagents",
+    ]
     for i, folder in enumerate(layers[1:upto], start=1):
         write_md(folder, "researcher.md", _claude(f"layer{i}", name="researcher"))
     config = Config(discovery=DiscoveryConfig(extra_subagents_dirs=(str(extra),)))
@@ -80,7 +95,10 @@ def test_registered_code_definition_beats_files(write_md: Any, tmp_path: Path) -
 
 def test_relative_extra_dirs_resolve_against_the_config_file(write_md: Any, tmp_path: Path) -> None:
     write_md(tmp_path / "cfg" / "agents", "rel.md", _claude("relative", name="rel"))
-    config = Config(discovery=DiscoveryConfig(extra_subagents_dirs=("agents",)), path=str(tmp_path / "cfg" / "c.yaml"))
+    config = Config(
+        discovery=DiscoveryConfig(extra_subagents_dirs=("agents",)),
+        path=str(tmp_path / "cfg" / "c.yaml"),
+    )
     assert load_catalog(tmp_path / "elsewhere", config=config).get("rel").description == "relative"
 
 
@@ -180,7 +198,11 @@ def test_every_broken_file_is_reported_and_the_rest_loads(write_md: Any, tmp_pat
     write_md(folder, "readme.md", "# not a definition\n")
     write_md(folder, "unclosed.md", "---\nname: x\n")
     write_md(folder, "mismatch.md", _native("other"))
-    write_md(folder, "invalid.md", "---\nname: invalid\ndescription: d\nclonefleet:\n  tools: [exit_tool]\n---\n")
+    write_md(
+        folder,
+        "invalid.md",
+        "---\nname: invalid\ndescription: d\nclonefleet:\n  tools: [exit_tool]\n---\n",
+    )
     (folder / "binary.md").write_bytes(b"\xff\xfe\x00")
     catalog = load_catalog(tmp_path)
     reasons = {Path(e.path).name: e.reason for e in catalog.errors}
@@ -196,7 +218,9 @@ def test_every_broken_file_is_reported_and_the_rest_loads(write_md: Any, tmp_pat
 
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root reads everything")
 def test_unreadable_file_is_an_io_error(write_md: Any, tmp_path: Path) -> None:
-    path = write_md(tmp_path / ".clonefleet" / "subagents", "locked.md", _claude("locked", name="locked"))
+    path = write_md(
+        tmp_path / ".clonefleet" / "subagents", "locked.md", _claude("locked", name="locked")
+    )
     path.chmod(0)
     try:
         assert [e.reason for e in load_catalog(tmp_path).errors] == ["io-error"]
@@ -235,7 +259,9 @@ def test_get_of_a_file_that_failed_names_the_failure(write_md: Any, tmp_path: Pa
     assert "did not load" in info.value.message and "available agents" in info.value.message
 
 
-def test_a_folder_given_twice_counts_once_at_its_last_position(write_md: Any, tmp_path: Path) -> None:
+def test_a_folder_given_twice_counts_once_at_its_last_position(
+    write_md: Any, tmp_path: Path
+) -> None:
     project = tmp_path / ".clonefleet" / "subagents"
     write_md(project, "agent.md", _claude("project"))
     write_md(tmp_path / "cli", "agent.md", _claude("cli"))

@@ -70,7 +70,8 @@ def test_anchors_and_aliases_are_rejected(front: str) -> None:
 
 def test_billion_laughs_is_rejected_quickly() -> None:
     lol = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(9)
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(9)
     )
     assert _reason(f"---\n{lol}---\nbody") == "invalid-frontmatter"
 
@@ -88,7 +89,10 @@ def test_duplicate_keys_are_rejected() -> None:
 
 
 def test_dates_stay_strings() -> None:
-    assert parse_text("---\nname: a\ndescription: 2024-01-01\n---\n").frontmatter["description"] == "2024-01-01"
+    assert (
+        parse_text("---\nname: a\ndescription: 2024-01-01\n---\n").frontmatter["description"]
+        == "2024-01-01"
+    )
 
 
 @pytest.mark.parametrize("front", ["- a\n- b", "just text", ""])
@@ -129,7 +133,9 @@ def test_fallback_keeps_unknown_column0_lines_inside_the_description() -> None:
 
 
 def test_fallback_reads_block_list_tools_and_drops_other_known_keys() -> None:
-    raw = parse_text("---\nname: h\ndescription: a: b\ntools:\n  - Read\n  - Bash\nmaxTurns: 3\n---\n")
+    raw = parse_text(
+        "---\nname: h\ndescription: a: b\ntools:\n  - Read\n  - Bash\nmaxTurns: 3\n---\n"
+    )
     assert raw.frontmatter["tools"] == ["Read", "Bash"]
     assert "maxTurns" not in raw.frontmatter
     assert any("maxTurns" in w for w in raw.warnings)

@@ -24,7 +24,14 @@ NATIVE = Definition(name="native", description="d", dialect=Dialect.NATIVE, temp
 
 
 def _native(body: str) -> Definition:
-    return Definition(name="agent", description="d", dialect=Dialect.NATIVE, templated=True, body=body, path="agent.md")
+    return Definition(
+        name="agent",
+        description="d",
+        dialect=Dialect.NATIVE,
+        templated=True,
+        body=body,
+        path="agent.md",
+    )
 
 
 def _batch(defn: Definition, prompt: str, count: int = 1, **kwargs: Any) -> list[RenderedClone]:
@@ -71,10 +78,20 @@ def test_current_date_defaults_to_today() -> None:
 
 def test_each_clone_gets_its_own_variables() -> None:
     clones = _batch(
-        _native("{{ clone.index }}:{{ clone.job_id }}:{{ model_name }}:{{ prompt }}"), "p{{ clone.index }}", 3
+        _native("{{ clone.index }}:{{ clone.job_id }}:{{ model_name }}:{{ prompt }}"),
+        "p{{ clone.index }}",
+        3,
     )
-    assert [c.instructions for c in clones] == ["0:sa_00000000:m0:p0", "1:sa_00000001:m1:p1", "2:sa_00000002:m2:p2"]
-    assert [(c.index, c.job_id) for c in clones] == [(0, "sa_00000000"), (1, "sa_00000001"), (2, "sa_00000002")]
+    assert [c.instructions for c in clones] == [
+        "0:sa_00000000:m0:p0",
+        "1:sa_00000001:m1:p1",
+        "2:sa_00000002:m2:p2",
+    ]
+    assert [(c.index, c.job_id) for c in clones] == [
+        (0, "sa_00000000"),
+        (1, "sa_00000001"),
+        (2, "sa_00000002"),
+    ]
 
 
 def test_task_is_rendered_before_the_body_and_has_no_prompt_itself() -> None:
@@ -99,7 +116,9 @@ def test_missing_attribute_is_an_error() -> None:
 
 
 def test_raw_keeps_literal_braces() -> None:
-    [clone] = _batch(_native("{% raw %}{{ body }}{% endraw %}"), "{% raw %}{{ literal }} {% if %}{% endraw %}")
+    [clone] = _batch(
+        _native("{% raw %}{{ body }}{% endraw %}"), "{% raw %}{{ literal }} {% if %}{% endraw %}"
+    )
     assert clone.task == "{{ literal }} {% if %}"
     assert clone.instructions == "{{ body }}"
 
@@ -110,7 +129,9 @@ def test_plain_text_prompts_pass_through_unchanged() -> None:
 
 
 def test_transclude_includes_a_shipped_fragment() -> None:
-    fragment = (Path(__file__).resolve().parents[3] / "definitions" / "fragments" / "reporting.md").read_text()
+    fragment = (
+        Path(__file__).resolve().parents[3] / "definitions" / "fragments" / "reporting.md"
+    ).read_text()
     assert _batch(_native("{{ transclude('reporting') }}"), "x")[0].instructions == fragment
 
 
@@ -174,7 +195,9 @@ def test_syntax_errors_name_the_line() -> None:
 def test_large_batches_render_quickly() -> None:
     started = time.perf_counter()
     clones = _batch(
-        _native("clone {{ clone.index }} of {{ clone.count }}: {{ prompt }}"), "shard {{ clone.index }}", 2000
+        _native("clone {{ clone.index }} of {{ clone.count }}: {{ prompt }}"),
+        "shard {{ clone.index }}",
+        2000,
     )
     assert time.perf_counter() - started < 5
     assert clones[-1].instructions == "clone 1999 of 2000: shard 1999"
@@ -184,7 +207,10 @@ def test_render_deadline_uses_the_injected_clock() -> None:
     ticks = iter(range(1000))
     with pytest.raises(TemplateError) as info:
         render_template(
-            "{% for i in range(100) %}{{ i }}{% endfor %}", {}, timeout_s=5, clock=lambda: float(next(ticks))
+            "{% for i in range(100) %}{{ i }}{% endfor %}",
+            {},
+            timeout_s=5,
+            clock=lambda: float(next(ticks)),
         )
     assert info.value.reason == "template-limit"
 
@@ -216,7 +242,8 @@ HOSTILE: dict[str, tuple[str, str]] = {
         "template-limit",
     ),
     "nested-loops-no-calls": (
-        _DEEP + "{% for i in a %}{% for j in a %}{% for k in a %}{% endfor %}{% endfor %}{% endfor %}",
+        _DEEP
+        + "{% for i in a %}{% for j in a %}{% for k in a %}{% endfor %}{% endfor %}{% endfor %}",
         "template-limit",
     ),
     "nested-set-loops": (
@@ -234,11 +261,18 @@ HOSTILE: dict[str, tuple[str, str]] = {
         "template-limit",
     ),
     "doubling-list": (
-        _DEEP + "{% set ns = namespace(l=a) %}{% for i in range(200) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+        _DEEP
+        + "{% set ns = namespace(l=a) %}{% for i in range(200) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
         "template-limit",
     ),
-    "recursive-macro": ("{% macro f(n) %}{{ f(n) }}{{ f(n) }}{% endmacro %}{{ f(1) }}", "template-limit"),
-    "recursive-loop": ("{% for x in [[1]] recursive %}{{ loop([x]) }}{% endfor %}", "template-limit"),
+    "recursive-macro": (
+        "{% macro f(n) %}{{ f(n) }}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+        "template-limit",
+    ),
+    "recursive-loop": (
+        "{% for x in [[1]] recursive %}{{ loop([x]) }}{% endfor %}",
+        "template-limit",
+    ),
     "center-filter": ("{{ 'a'|center(999999999) }}", "template-limit"),
     "ljust-method": ("{{ 'a'.ljust(999999999) }}", "template-limit"),
     "format-width": ("{{ '{:>999999999}'.format('a') }}", "template-limit"),
@@ -248,12 +282,18 @@ HOSTILE: dict[str, tuple[str, str]] = {
     "join-many": ("{% set s = 'a' * 1000000 %}{{ [s, s, s]|join }}", "template-limit"),
     "replace-amplify": ("{% set s = 'a' * 1000000 %}{{ s|replace('a', s) }}", "template-limit"),
     "indent-amplify": ("{{ ('\\n' * 100000)|indent(1000) }}", "template-limit"),
-    "wordwrap-amplify": ("{{ ('a ' * 500000)|wordwrap(1, wrapstring='x' * 1000) }}", "template-limit"),
+    "wordwrap-amplify": (
+        "{{ ('a ' * 500000)|wordwrap(1, wrapstring='x' * 1000) }}",
+        "template-limit",
+    ),
     "batch-fill": ("{{ [1]|batch(10**9, 'x')|list }}", "template-limit"),
     "slice-many": ("{{ [1]|slice(10**9)|list }}", "template-limit"),
     "sum-lists": (_DEEP + "{{ [a] * 100|sum(start=[]) }}", "template-security"),
     "translate": ("{{ 'a'.translate({97: 'b' * 1000}) }}", "template-security"),
-    "deep-shared-output": (_DEEP + "{% set b = [a] * 100 %}{% set c = [b] * 1000 %}{{ c }}", "template-limit"),
+    "deep-shared-output": (
+        _DEEP + "{% set b = [a] * 100 %}{% set c = [b] * 1000 %}{{ c }}",
+        "template-limit",
+    ),
     "deep-shared-literal": (
         _DEEP + "{% set b = [a,a,a,a,a,a,a,a,a,a] %}{% set c = [b,b,b,b,b,b,b,b,b,b] %}"
         "{% set d = [c,c,c,c,c,c,c,c,c,c] %}{{ d }}",
@@ -271,7 +311,9 @@ HOSTILE: dict[str, tuple[str, str]] = {
 }
 
 
-@pytest.mark.parametrize(("name", "source", "reason"), [(k, *v) for k, v in HOSTILE.items()], ids=list(HOSTILE))
+@pytest.mark.parametrize(
+    ("name", "source", "reason"), [(k, *v) for k, v in HOSTILE.items()], ids=list(HOSTILE)
+)
 def test_hostile_template_fails_fast_and_clearly(name: str, source: str, reason: str) -> None:
     for where in ("task", "body"):
         defn = _native(source if where == "body" else "{{ prompt }}")
@@ -301,7 +343,9 @@ def test_legitimate_loops_and_filters_still_work() -> None:
         "{% macro greet(n) %}hi {{ n }}{% endmacro %}{{ greet('bob') }}|{{ ('a' ~ 1 ~ 'b')|upper }}|{{ ns }}"
     )
     [clone] = _batch(_native(source), "x")
-    assert clone.instructions == ('1,2,3|a-b|xxx|1024|00042|  ab|  Hi  |{"k": [1, 2]}|2|6|10|hi bob|A1B|<namespace>')
+    assert clone.instructions == (
+        '1,2,3|a-b|xxx|1024|00042|  ab|  Hi  |{"k": [1, 2]}|2|6|10|hi bob|A1B|<namespace>'
+    )
 
 
 def test_too_many_tags_or_too_much_source_is_refused_before_compiling() -> None:

@@ -37,10 +37,16 @@ def test_broken_fixtures_each_have_their_reason(fixtures_dir: Path) -> None:
 
 
 def test_validate_shape_is_exactly_spec_7(fixtures_dir: Path) -> None:
-    report = validate_report([fixtures_dir / "messy" / "enum-warning.md", fixtures_dir / "broken" / "typo-key.md"])
+    report = validate_report(
+        [fixtures_dir / "messy" / "enum-warning.md", fixtures_dir / "broken" / "typo-key.md"]
+    )
     assert set(report) == {"definitions", "errors", "warnings"}
     assert report["definitions"] == [
-        {"name": "enum-warning", "path": str(fixtures_dir / "messy" / "enum-warning.md"), "dialect": "native"}
+        {
+            "name": "enum-warning",
+            "path": str(fixtures_dir / "messy" / "enum-warning.md"),
+            "dialect": "native",
+        }
     ]
     assert [set(e) for e in report["errors"]] == [{"path", "reason", "message"}]
     assert [set(w) for w in report["warnings"]] == [{"path", "name", "message"}]
@@ -52,7 +58,11 @@ def test_validate_shape_is_exactly_spec_7(fixtures_dir: Path) -> None:
 def test_validate_of_a_missing_path_is_an_error(tmp_path: Path) -> None:
     report = validate_report([tmp_path / "nope.md"])
     assert report["errors"] == [
-        {"path": str(tmp_path / "nope.md"), "reason": "io-error", "message": "no such file or folder"}
+        {
+            "path": str(tmp_path / "nope.md"),
+            "reason": "io-error",
+            "message": "no such file or folder",
+        }
     ]
 
 
@@ -62,9 +72,18 @@ def test_validate_paths_include_subagents_dirs(fixtures_dir: Path) -> None:
 
 
 def test_validate_without_paths_checks_the_whole_catalog(write_md: Any, tmp_path: Path) -> None:
-    write_md(tmp_path / ".clonefleet" / "subagents", "researcher.md", "---\nname: researcher\ndescription: mine\n---\n")
+    write_md(
+        tmp_path / ".clonefleet" / "subagents",
+        "researcher.md",
+        "---\nname: researcher\ndescription: mine\n---\n",
+    )
     write_md(tmp_path / "cli", "bad.md", "no frontmatter")
-    config = Config(subagents={"inline": {"description": "d"}, "broken": {"description": "d", "tools": ["exit_tool"]}})
+    config = Config(
+        subagents={
+            "inline": {"description": "d"},
+            "broken": {"description": "d", "tools": ["exit_tool"]},
+        }
+    )
     report = validate_report([], [tmp_path / "cli"], tmp_path, config)
     names = [(d["name"], d["dialect"]) for d in report["definitions"]]
     assert names == [

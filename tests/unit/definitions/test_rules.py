@@ -11,7 +11,9 @@ from clonefleet.definitions import load_catalog, load_file
 from clonefleet.errors import DefinitionError
 
 
-def _native(write_md: Any, tmp_path: Path, body: str, name: str = "agent", folder: Path | None = None) -> Path:
+def _native(
+    write_md: Any, tmp_path: Path, body: str, name: str = "agent", folder: Path | None = None
+) -> Path:
     text = f"---\nname: {name}\ndescription: A test agent.\nclonefleet:\n{body}---\nTask: {{{{ prompt }}}}\n"
     return write_md(folder or tmp_path / "defs", f"{name}.md", text, dedent=False)
 
@@ -39,7 +41,9 @@ def test_switch_facet_in_tools(write_md: Any, tmp_path: Path) -> None:
 
 
 def test_switch_facet_in_undeferred_tools(write_md: Any, tmp_path: Path) -> None:
-    err = _rejected(write_md, tmp_path, "  inherit_tools: true\n  undeferred_tools: [switch_facet]\n")
+    err = _rejected(
+        write_md, tmp_path, "  inherit_tools: true\n  undeferred_tools: [switch_facet]\n"
+    )
     assert "[rule switch-facet-listed, key `clonefleet.undeferred_tools`]" in err.message
 
 
@@ -82,7 +86,9 @@ def test_tools_deny_with_protected_tool(write_md: Any, tmp_path: Path, tool: str
 
 def test_tool_both_denied_and_undeferred(write_md: Any, tmp_path: Path) -> None:
     err = _rejected(
-        write_md, tmp_path, "  tools: [file_read, grep]\n  tools_deny: [grep]\n  undeferred_tools: [grep]\n"
+        write_md,
+        tmp_path,
+        "  tools: [file_read, grep]\n  tools_deny: [grep]\n  undeferred_tools: [grep]\n",
     )
     assert "[rule deny-and-undeferred, key `clonefleet.undeferred_tools`]" in err.message
 
@@ -114,8 +120,14 @@ def test_undeferred_subset_rule_does_not_apply(write_md: Any, tmp_path: Path, bo
     _loads(write_md, tmp_path, body)
 
 
-def test_spawn_tools_may_be_undeferred_when_spawning_is_allowed(write_md: Any, tmp_path: Path) -> None:
-    _loads(write_md, tmp_path, "  tools: [file_read]\n  allow_subagent_spawn: true\n  undeferred_tools: [subagent]\n")
+def test_spawn_tools_may_be_undeferred_when_spawning_is_allowed(
+    write_md: Any, tmp_path: Path
+) -> None:
+    _loads(
+        write_md,
+        tmp_path,
+        "  tools: [file_read]\n  allow_subagent_spawn: true\n  undeferred_tools: [subagent]\n",
+    )
     err = _rejected(write_md, tmp_path, "  tools: [file_read]\n  undeferred_tools: [subagent]\n")
     assert "rule undeferred-not-granted" in err.message
 
@@ -133,18 +145,25 @@ def test_exit_schema_with_wrong_keyword_type(write_md: Any, tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize(
-    "ref", ["https://example.com/schema.json", "other.json#/defs/x", "file:///etc/passwd", "/abs/path"]
+    "ref",
+    ["https://example.com/schema.json", "other.json#/defs/x", "file:///etc/passwd", "/abs/path"],
 )
 def test_exit_schema_with_ref_outside_the_document(write_md: Any, tmp_path: Path, ref: str) -> None:
     err = _rejected(
-        write_md, tmp_path, f"  exit_tool_schema:\n    type: object\n    properties:\n      x: {{$ref: '{ref}'}}\n"
+        write_md,
+        tmp_path,
+        f"  exit_tool_schema:\n    type: object\n    properties:\n      x: {{$ref: '{ref}'}}\n",
     )
     assert "rule exit-schema-ref" in err.message
     assert "outside the schema document" in err.message
 
 
 def test_exit_schema_with_dangling_internal_ref(write_md: Any, tmp_path: Path) -> None:
-    err = _rejected(write_md, tmp_path, "  exit_tool_schema:\n    properties:\n      x: {$ref: '#/$defs/missing'}\n")
+    err = _rejected(
+        write_md,
+        tmp_path,
+        "  exit_tool_schema:\n    properties:\n      x: {$ref: '#/$defs/missing'}\n",
+    )
     assert "rule exit-schema-ref" in err.message
 
 
@@ -169,7 +188,9 @@ def test_several_broken_rules_are_all_named(write_md: Any, tmp_path: Path) -> No
 
 
 def test_rules_apply_to_claude_files_with_their_key_names(write_md: Any, tmp_path: Path) -> None:
-    path = write_md(tmp_path / "defs", "c.md", "---\nname: c\ndescription: d\ndisallowedTools: [skill]\n---\n")
+    path = write_md(
+        tmp_path / "defs", "c.md", "---\nname: c\ndescription: d\ndisallowedTools: [skill]\n---\n"
+    )
     with pytest.raises(DefinitionError) as info:
         load_file(path)
     assert "[rule tools-deny-protected, key `disallowedTools`]" in info.value.message

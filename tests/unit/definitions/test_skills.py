@@ -26,7 +26,9 @@ from clonefleet.errors import DefinitionError
 def _skill(write_md: Any, root: Path, name: str, body: str = "", **front: Any) -> Path:
     lines = [f"name: {name}", f"description: {front.pop('description', name + ' skill')}"]
     lines += [f"{k}: {str(v).lower() if isinstance(v, bool) else v}" for k, v in front.items()]
-    return write_md(root / name, "SKILL.md", "---\n" + "\n".join(lines) + "\n---\n" + (body or f"{name} body\n"))
+    return write_md(
+        root / name, "SKILL.md", "---\n" + "\n".join(lines) + "\n---\n" + (body or f"{name} body\n")
+    )
 
 
 @pytest.fixture
@@ -59,9 +61,15 @@ def test_skill_layers_replace_by_name(write_md: Any, tmp_path: Path, xdg_home: P
 
 def test_skill_flag_spellings(write_md: Any, tmp_path: Path) -> None:
     root = tmp_path / ".clonefleet" / "skills"
-    write_md(root / "a", "SKILL.md", "---\nname: a\ndescription: d\ndisable-model-invocation: true\n---\nx")
     write_md(
-        root / "b", "SKILL.md", "---\nname: b\ndescription: d\nclonefleet:\n  disable_model_invocation: true\n---\nx"
+        root / "a",
+        "SKILL.md",
+        "---\nname: a\ndescription: d\ndisable-model-invocation: true\n---\nx",
+    )
+    write_md(
+        root / "b",
+        "SKILL.md",
+        "---\nname: b\ndescription: d\nclonefleet:\n  disable_model_invocation: true\n---\nx",
     )
     write_md(root / "c", "skill.md", "---\ndescription: no name, lower-case file\n---\nx")
     catalog = load_skills(tmp_path)
@@ -72,7 +80,11 @@ def test_skill_flag_spellings(write_md: Any, tmp_path: Path) -> None:
 def test_broken_skills_are_reported_per_skill(write_md: Any, tmp_path: Path) -> None:
     root = tmp_path / ".clonefleet" / "skills"
     write_md(root / "wrong", "SKILL.md", "---\nname: other\ndescription: d\n---\nx")
-    write_md(root / "flag", "SKILL.md", "---\nname: flag\ndescription: d\ndisable_model_invocation: maybe\n---\nx")
+    write_md(
+        root / "flag",
+        "SKILL.md",
+        "---\nname: flag\ndescription: d\ndisable_model_invocation: maybe\n---\nx",
+    )
     write_md(root / "plain", "SKILL.md", "no frontmatter")
     _skill(write_md, root, "fine")
     catalog = load_skills(tmp_path)
@@ -127,7 +139,9 @@ def test_resolution_injects_bodies_in_order(project: Path) -> None:
         ({}, "ghost", "skill-unresolved"),
     ],
 )
-def test_bad_references_are_errors(project: Path, defn_kwargs: dict[str, Any], ref: str, reason: str) -> None:
+def test_bad_references_are_errors(
+    project: Path, defn_kwargs: dict[str, Any], ref: str, reason: str
+) -> None:
     defn = AgentDefinition("a", "d", **defn_kwargs)
     with pytest.raises(DefinitionError) as info:
         resolve_skill_refs(f"please use @skill:{ref}", defn, load_skills(project))
@@ -137,14 +151,30 @@ def test_bad_references_are_errors(project: Path, defn_kwargs: dict[str, Any], r
 
 def test_render_batch_injects_skills_and_rejects_bad_refs_before_start(project: Path) -> None:
     defn = Definition(
-        name="n", description="d", dialect=Dialect.NATIVE, templated=True, body="{{ prompt }}", skills_deny=("secrets",)
+        name="n",
+        description="d",
+        dialect=Dialect.NATIVE,
+        templated=True,
+        body="{{ prompt }}",
+        skills_deny=("secrets",),
     )
-    common = {"count": 2, "batch_id": "b", "job_ids": ["j0", "j1"], "cwd": str(project), "model_names": ["m", "m"]}
+    common = {
+        "count": 2,
+        "batch_id": "b",
+        "job_ids": ["j0", "j1"],
+        "cwd": str(project),
+        "model_names": ["m", "m"],
+    }
     clones = render_batch(defn, prompt="Follow @skill:style", project_path=str(project), **common)
-    assert [c.skills for c in clones] == [(InjectedSkill(name="style", body="Use short sentences.\n"),)] * 2
+    assert [c.skills for c in clones] == [
+        (InjectedSkill(name="style", body="Use short sentences.\n"),)
+    ] * 2
     with pytest.raises(DefinitionError) as info:
         render_batch(
-            defn, prompt="{% if clone.index == 1 %}@skill:secrets{% endif %}", project_path=str(project), **common
+            defn,
+            prompt="{% if clone.index == 1 %}@skill:secrets{% endif %}",
+            project_path=str(project),
+            **common,
         )
     assert info.value.reason == "skill-denied"
 

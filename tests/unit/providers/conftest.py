@@ -46,7 +46,9 @@ async def openai_model() -> AsyncIterator[BuildModel]:
     closers = []
 
     def build(base_url: str, **cfg: Any) -> Model:
-        model, aclose = build_provider("local", ProviderConfig(kind="openai", base_url=base_url, **cfg))
+        model, aclose = build_provider(
+            "local", ProviderConfig(kind="openai", base_url=base_url, **cfg)
+        )
         closers.append(aclose)
         return model
 
@@ -75,7 +77,13 @@ def cand() -> Callable[..., Candidate]:
     """``cand(key, model, max_retries=2, timeout_s=10.0)``: a candidate of a model group."""
 
     def make(key: str, model: Model, *, max_retries: int = 2, timeout_s: float = 10.0) -> Candidate:
-        return Candidate(key=key, wire_name="sim-small", model=model, max_retries=max_retries, timeout_s=timeout_s)
+        return Candidate(
+            key=key,
+            wire_name="sim-small",
+            model=model,
+            max_retries=max_retries,
+            timeout_s=timeout_s,
+        )
 
     return make
 
@@ -95,11 +103,16 @@ TOOLS = (
 )
 
 
-def _request(clone_index: int = 0, *, batch_id: str = "batch1", messages: tuple[Message, ...] | None = None) -> ModelRequest:
+def _request(
+    clone_index: int = 0, *, batch_id: str = "batch1", messages: tuple[Message, ...] | None = None
+) -> ModelRequest:
     return ModelRequest(
         model="sim-small",
         messages=messages
-        or (Message(role=Role.SYSTEM, content="You review code."), Message(role=Role.USER, content="Review foo.py")),
+        or (
+            Message(role=Role.SYSTEM, content="You review code."),
+            Message(role=Role.USER, content="Review foo.py"),
+        ),
         tools=TOOLS,
         metadata={"batch_id": batch_id, "clone_index": clone_index},
     )

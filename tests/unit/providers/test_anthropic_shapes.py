@@ -38,7 +38,9 @@ async def anthropic(monkeypatch) -> Any:
     closers = []
     monkeypatch.setenv("ANTHROPIC_TEST_KEY", "sk-ant-test")
 
-    def build(response: httpx.Response, base_url: str = "http://127.0.0.1:9000/v1") -> tuple[Any, Recorder]:
+    def build(
+        response: httpx.Response, base_url: str = "http://127.0.0.1:9000/v1"
+    ) -> tuple[Any, Recorder]:
         rec = Recorder(response)
         cfg = ProviderConfig(kind="anthropic", base_url=base_url, api_key_env="ANTHROPIC_TEST_KEY")
         model, aclose = build_provider("claude", cfg, transport=httpx.MockTransport(rec))
@@ -59,10 +61,18 @@ def conversation(**extra: Any) -> ModelRequest:
             Message(role=Role.SYSTEM, content="skill text", pinned=True),
             Message(role=Role.USER, content="review foo.py"),
             Message(role=Role.ASSISTANT, content="reading", tool_calls=(call,)),
-            Message(role=Role.TOOL, content="no such file", tool_call_id="toolu_1", name="file_read", is_error=True),
+            Message(
+                role=Role.TOOL,
+                content="no such file",
+                tool_call_id="toolu_1",
+                name="file_read",
+                is_error=True,
+            ),
             Message(role=Role.USER, content="also check bar.py"),
         ),
-        tools=(ToolSpec(name="file_read", description="Read a file.", parameters={"type": "object"}),),
+        tools=(
+            ToolSpec(name="file_read", description="Read a file.", parameters={"type": "object"}),
+        ),
         **extra,
     )
 
@@ -77,20 +87,32 @@ async def test_request_puts_system_on_top_and_tool_blocks_in_turns(anthropic):
     body = json.loads(sent.content)
     assert body["system"] == "base prompt\n\nskill text"
     assert body["max_tokens"] == 4096
-    assert body["tools"] == [{"name": "file_read", "description": "Read a file.", "input_schema": {"type": "object"}}]
+    assert body["tools"] == [
+        {"name": "file_read", "description": "Read a file.", "input_schema": {"type": "object"}}
+    ]
     assert body["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "review foo.py"}]},
         {
             "role": "assistant",
             "content": [
                 {"type": "text", "text": "reading"},
-                {"type": "tool_use", "id": "toolu_1", "name": "file_read", "input": {"path": "foo.py"}},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "file_read",
+                    "input": {"path": "foo.py"},
+                },
             ],
         },
         {
             "role": "user",
             "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "no such file", "is_error": True},
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "content": "no such file",
+                    "is_error": True,
+                },
                 {"type": "text", "text": "also check bar.py"},
             ],
         },

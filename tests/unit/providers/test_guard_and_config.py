@@ -69,14 +69,23 @@ def test_parse_retry_after_reads_httpx_headers_case_insensitively():
 
 
 @pytest.mark.parametrize(
-    "url", ["http://127.0.0.1:8000/v1", "http://localhost/v1", "http://127.3.4.5:1/", "http://[::1]:8000/v1"]
+    "url",
+    [
+        "http://127.0.0.1:8000/v1",
+        "http://localhost/v1",
+        "http://127.3.4.5:1/",
+        "http://[::1]:8000/v1",
+    ],
 )
 def test_loopback_is_allowed_while_live_requests_are_blocked(url):
     assert not live_requests_allowed()  # the provider tests' conftest blocks them
     ensure_live_requests_allowed(url)
 
 
-@pytest.mark.parametrize("url", ["https://api.openai.com/v1", "http://10.0.0.5:8000/v1", "http://localhost.example.com/v1"])
+@pytest.mark.parametrize(
+    "url",
+    ["https://api.openai.com/v1", "http://10.0.0.5:8000/v1", "http://localhost.example.com/v1"],
+)
 def test_other_hosts_are_refused_while_live_requests_are_blocked(url):
     with pytest.raises(UsageError, match="live model request"):
         ensure_live_requests_allowed(url)
@@ -103,7 +112,9 @@ async def test_blocked_provider_never_touches_the_network():
     )
     try:
         with pytest.raises(UsageError):
-            await model.request(ModelRequest(model="m", messages=(Message(role=Role.USER, content="x"),)))
+            await model.request(
+                ModelRequest(model="m", messages=(Message(role=Role.USER, content="x"),))
+            )
     finally:
         await aclose()
     assert seen == []
@@ -115,7 +126,12 @@ async def test_blocked_provider_never_touches_the_network():
         (ProviderConfig(kind="openai", base_url="ftp://127.0.0.1/v1"), "providers.p.base_url"),
         (ProviderConfig(kind="openai", base_url="not a url"), "providers.p.base_url"),
         (ProviderConfig(kind="simulated"), "providers.p.kind"),
-        (ProviderConfig(kind="openai", base_url="http://127.0.0.1/v1", api_key_env="CF_EMPTY_KEY"), "providers.p.api_key_env"),
+        (
+            ProviderConfig(
+                kind="openai", base_url="http://127.0.0.1/v1", api_key_env="CF_EMPTY_KEY"
+            ),
+            "providers.p.api_key_env",
+        ),
         (ProviderConfig(kind="anthropic"), "providers.p.api_key_env"),
     ],
     ids=["scheme", "no-host", "simulated", "empty-key", "anthropic-default-variable"],
@@ -131,11 +147,15 @@ def test_bad_provider_entries_are_config_errors(monkeypatch, cfg, key):
 
 
 async def test_closed_provider_refuses_requests_and_closing_twice_is_harmless():
-    model, aclose = build_provider("p", ProviderConfig(kind="openai", base_url="http://127.0.0.1:9/v1"))
+    model, aclose = build_provider(
+        "p", ProviderConfig(kind="openai", base_url="http://127.0.0.1:9/v1")
+    )
     await aclose()
     await aclose()
     with pytest.raises(UsageError, match="closed"):
-        await model.request(ModelRequest(model="m", messages=(Message(role=Role.USER, content="x"),)))
+        await model.request(
+            ModelRequest(model="m", messages=(Message(role=Role.USER, content="x"),))
+        )
 
 
 async def test_provider_is_an_async_context_manager():

@@ -32,7 +32,12 @@ async def test_default_behaviour_is_progress_then_exit_over_http(sim, openai_mod
     assert [c.name for c in first.tool_calls] == ["progress_update"]
     history = req(4).messages + (
         Message(role=Role.ASSISTANT, tool_calls=first.tool_calls),
-        Message(role=Role.TOOL, content="ok", tool_call_id=first.tool_calls[0].id, name="progress_update"),
+        Message(
+            role=Role.TOOL,
+            content="ok",
+            tool_call_id=first.tool_calls[0].id,
+            name="progress_update",
+        ),
     )
     second = await model.request(req(4, messages=history))
     (call,) = second.tool_calls
@@ -43,13 +48,19 @@ async def test_default_behaviour_is_progress_then_exit_over_http(sim, openai_mod
 
 
 async def test_user_field_selects_the_clones_own_script(sim, openai_model, req):
-    _, url = await sim(script=SimScript.from_data({"default": [{"text": "default"}], "clones": {2: [{"text": "two"}]}}))
+    _, url = await sim(
+        script=SimScript.from_data(
+            {"default": [{"text": "default"}], "clones": {2: [{"text": "two"}]}}
+        )
+    )
     model = openai_model(url)
     assert (await model.request(req(2))).text == "two"
     assert (await model.request(req(5))).text == "default"
 
 
-async def test_429_with_retry_after_is_retried_after_that_delay(sim, openai_model, cand, sleeps, req):
+async def test_429_with_retry_after_is_retried_after_that_delay(
+    sim, openai_model, cand, sleeps, req
+):
     server, url = await sim(script=script({"error": 429, "retry_after": 3}, {"text": "ok"}))
     fm = FailoverModel([cand("a", openai_model(url))], sleep=sleeps)
     resp = await fm.request(req())
@@ -86,7 +97,10 @@ async def test_hang_times_out_and_fails_over(sim, openai_model, cand, sleeps, re
     hanging, hanging_url = await sim(script=script({"hang": True}))
     _, healthy_url = await sim()
     fm = FailoverModel(
-        [cand("a", openai_model(hanging_url, timeout_s=SHORT_S), max_retries=0), cand("b", openai_model(healthy_url))],
+        [
+            cand("a", openai_model(hanging_url, timeout_s=SHORT_S), max_retries=0),
+            cand("b", openai_model(healthy_url)),
+        ],
         sleep=sleeps,
     )
     started = time.monotonic()
@@ -110,11 +124,16 @@ async def test_slow_drip_hits_the_providers_own_deadline(sim, openai_model, req)
     assert "within 0.5s" in str(info.value)
 
 
-async def test_slow_drip_fails_over_even_when_the_candidate_deadline_is_long(sim, openai_model, cand, sleeps, req):
+async def test_slow_drip_fails_over_even_when_the_candidate_deadline_is_long(
+    sim, openai_model, cand, sleeps, req
+):
     _, drip_url = await sim(script=script({"drip": True}))
     _, healthy_url = await sim()
     fm = FailoverModel(
-        [cand("a", openai_model(drip_url, timeout_s=SHORT_S), max_retries=0, timeout_s=60), cand("b", openai_model(healthy_url))],
+        [
+            cand("a", openai_model(drip_url, timeout_s=SHORT_S), max_retries=0, timeout_s=60),
+            cand("b", openai_model(healthy_url)),
+        ],
         sleep=sleeps,
     )
     async with asyncio.timeout(5):
@@ -124,7 +143,9 @@ async def test_slow_drip_fails_over_even_when_the_candidate_deadline_is_long(sim
 
 async def test_malformed_json_is_a_behavior_error_and_retried(sim, openai_model, cand, sleeps, req):
     server, url = await sim(
-        script=SimScript.from_data({"clones": {0: [{"malformed": True}], 1: [{"malformed": True}, {"text": "ok"}]}})
+        script=SimScript.from_data(
+            {"clones": {0: [{"malformed": True}], 1: [{"malformed": True}, {"text": "ok"}]}}
+        )
     )
     model = openai_model(url)
     with pytest.raises(ModelBehaviorError) as info:
@@ -154,7 +175,9 @@ async def test_html_page_with_status_200_is_a_behavior_error(sim, openai_model, 
 async def test_401_moves_on_at_once_without_retry(sim, openai_model, cand, sleeps, req):
     refused, refused_url = await sim(script=script({"error": 401}, {"error": 401}, {"error": 401}))
     healthy, healthy_url = await sim()
-    fm = FailoverModel([cand("a", openai_model(refused_url)), cand("b", openai_model(healthy_url))], sleep=sleeps)
+    fm = FailoverModel(
+        [cand("a", openai_model(refused_url)), cand("b", openai_model(healthy_url))], sleep=sleeps
+    )
     resp = await fm.request(req())
     assert resp.model == "b"
     assert refused.requests == 1
@@ -170,7 +193,9 @@ async def test_connection_refused_is_a_retryable_timeout(openai_model, req):
     assert "cannot reach" in str(info.value)
 
 
-async def test_every_candidate_failing_lists_each_last_failure(sim, openai_model, cand, sleeps, req):
+async def test_every_candidate_failing_lists_each_last_failure(
+    sim, openai_model, cand, sleeps, req
+):
     _, unauthorized = await sim(script=script({"error": 401}))
     _, unavailable = await sim(fail_rate=1.0)
     _, hanging = await sim(script=script({"hang": True}))

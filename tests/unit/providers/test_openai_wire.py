@@ -43,7 +43,9 @@ async def mock_model(monkeypatch) -> Any:
     def build(handler: Callable[[httpx.Request], httpx.Response], **cfg: Any) -> Model:
         cfg.setdefault("api_key_env", "WIRE_TEST_KEY")
         model, aclose = build_provider(
-            "local", ProviderConfig(kind="openai", base_url=URL, **cfg), transport=httpx.MockTransport(handler)
+            "local",
+            ProviderConfig(kind="openai", base_url=URL, **cfg),
+            transport=httpx.MockTransport(handler),
         )
         closers.append(aclose)
         return model
@@ -53,7 +55,9 @@ async def mock_model(monkeypatch) -> Any:
         await aclose()
 
 
-def completion(message: dict[str, Any], finish_reason: str = "stop", usage: dict[str, int] | None = None) -> httpx.Response:
+def completion(
+    message: dict[str, Any], finish_reason: str = "stop", usage: dict[str, int] | None = None
+) -> httpx.Response:
     body = {
         "id": "chatcmpl-1",
         "object": "chat.completion",
@@ -99,10 +103,21 @@ async def test_request_maps_messages_tools_and_clone_identity(mock_model):
     assistant = body["messages"][2]
     assert assistant["content"] is None
     assert assistant["tool_calls"] == [
-        {"id": "call_a", "type": "function", "function": {"name": "file_read", "arguments": '{"path": "foo.py"}'}}
+        {
+            "id": "call_a",
+            "type": "function",
+            "function": {"name": "file_read", "arguments": '{"path": "foo.py"}'},
+        }
     ]
-    assert body["messages"][3] == {"role": "tool", "tool_call_id": "call_a", "content": "print('hi')"}
-    assert body["tools"][0]["type"] == "function" and body["tools"][0]["function"]["name"] == "file_read"
+    assert body["messages"][3] == {
+        "role": "tool",
+        "tool_call_id": "call_a",
+        "content": "print('hi')",
+    }
+    assert (
+        body["tools"][0]["type"] == "function"
+        and body["tools"][0]["function"]["name"] == "file_read"
+    )
     assert (body["max_tokens"], body["user"], body["model"]) == (256, "b7/3", "gpt-x")
 
 
@@ -116,7 +131,13 @@ async def test_response_maps_text_tool_calls_and_usage(mock_model):
     message = {
         "role": "assistant",
         "content": "reading",
-        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "file_read", "arguments": '{"path": "a"}'}}],
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "file_read", "arguments": '{"path": "a"}'},
+            }
+        ],
     }
     resp = await mock_model(Recorder(completion(message, "tool_calls"))).request(conversation())
     assert resp.text == "reading"
@@ -134,7 +155,13 @@ async def test_malformed_tool_call_arguments_are_a_behavior_error(mock_model, ar
     message = {
         "role": "assistant",
         "content": None,
-        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "file_read", "arguments": arguments}}],
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "file_read", "arguments": arguments},
+            }
+        ],
     }
     with pytest.raises(ModelBehaviorError, match="file_read") as info:
         await mock_model(Recorder(completion(message, "tool_calls"))).request(conversation())
@@ -169,7 +196,11 @@ async def test_refusal_is_reported(mock_model, message, finish):
 
 @pytest.mark.parametrize(
     "body",
-    [{"error": {"message": "upstream overloaded", "code": 502}}, {"id": "x", "choices": []}, {"choices": [{"message": "nope"}]}],
+    [
+        {"error": {"message": "upstream overloaded", "code": 502}},
+        {"id": "x", "choices": []},
+        {"choices": [{"message": "nope"}]},
+    ],
     ids=["in-band-error", "no-choices", "message-not-object"],
 )
 async def test_unusable_200_bodies_are_behavior_errors(mock_model, body):
@@ -182,35 +213,67 @@ async def test_unusable_200_bodies_are_behavior_errors(mock_model, body):
     [
         (
             429,
-            {"error": {"message": "Rate limit reached", "type": "requests", "code": "rate_limit_exceeded"}},
+            {
+                "error": {
+                    "message": "Rate limit reached",
+                    "type": "requests",
+                    "code": "rate_limit_exceeded",
+                }
+            },
             {"retry-after": "7"},
             True,
             False,
         ),
         (
             429,
-            {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota", "code": "insufficient_quota"}},
+            {
+                "error": {
+                    "message": "You exceeded your current quota",
+                    "type": "insufficient_quota",
+                    "code": "insufficient_quota",
+                }
+            },
             {},
             False,
             True,
         ),
-        (400, {"error": {"message": "bad request", "type": "invalid_request_error"}}, {}, False, False),
+        (
+            400,
+            {"error": {"message": "bad request", "type": "invalid_request_error"}},
+            {},
+            False,
+            False,
+        ),
         (
             401,
-            {"error": {"message": "Incorrect API key", "type": "invalid_request_error", "code": "invalid_api_key"}},
+            {
+                "error": {
+                    "message": "Incorrect API key",
+                    "type": "invalid_request_error",
+                    "code": "invalid_api_key",
+                }
+            },
             {},
             False,
             False,
         ),
         (403, {"error": {"message": "forbidden"}}, {}, False, False),
         (500, {"error": {"message": "boom"}}, {}, True, False),
-        (529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}, {}, True, False),
+        (
+            529,
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+            {},
+            True,
+            False,
+        ),
     ],
     ids=["429", "429-spend-cap", "400", "401", "403", "500", "529"],
 )
 async def test_status_mapping(mock_model, status, body, headers, retryable, spend_cap):
     with pytest.raises(ModelHTTPError) as info:
-        await mock_model(Recorder(httpx.Response(status, json=body, headers=headers))).request(conversation())
+        await mock_model(Recorder(httpx.Response(status, json=body, headers=headers))).request(
+            conversation()
+        )
     err = info.value
     assert (err.status, err.retryable, err.spend_cap) == (status, retryable, spend_cap)
     assert err.body and err.body != json.dumps(body)  # a readable summary, not raw JSON
@@ -219,7 +282,9 @@ async def test_status_mapping(mock_model, status, body, headers, retryable, spen
 
 
 async def test_spend_cap_429_moves_on_at_once(mock_model):
-    capped = Recorder(httpx.Response(429, json={"error": {"type": "insufficient_quota", "message": "quota"}}))
+    capped = Recorder(
+        httpx.Response(429, json={"error": {"type": "insufficient_quota", "message": "quota"}})
+    )
     healthy = Recorder(completion({"role": "assistant", "content": "ok"}))
     delays: list[float] = []
 

@@ -32,7 +32,9 @@ def echo(status: int, content_type: str, template: str):
         sent = request.headers.get("authorization", "") + " " + request.headers.get("x-api-key", "")
         masked = f"{CANARY[:12]}...{CANARY[-6:]}"
         return httpx.Response(
-            status, content=template.format(key=sent, masked=masked).encode(), headers={"content-type": content_type}
+            status,
+            content=template.format(key=sent, masked=masked).encode(),
+            headers={"content-type": content_type},
         )
 
     return handler
@@ -45,9 +47,15 @@ ECHOES = {
         '{{"error": {{"message": "Incorrect API key provided: {key} ({masked})", "type": "invalid_request_error"}}}}',
     ),
     "429-spend-cap": echo(
-        429, "application/json", '{{"error": {{"message": "insufficient_quota for {key}", "type": "insufficient_quota"}}}}'
+        429,
+        "application/json",
+        '{{"error": {{"message": "insufficient_quota for {key}", "type": "insufficient_quota"}}}}',
     ),
-    "500-html": echo(500, "text/html", "<html><head><title>500 {key}</title></head><body>{key} {masked}</body></html>"),
+    "500-html": echo(
+        500,
+        "text/html",
+        "<html><head><title>500 {key}</title></head><body>{key} {masked}</body></html>",
+    ),
     "200-not-json": echo(200, "application/json", '{{"oops": "{key}"'),
     "200-bad-tool-args": echo(
         200,
@@ -55,7 +63,9 @@ ECHOES = {
         '{{"choices": [{{"message": {{"tool_calls": '
         '[{{"id": "c", "function": {{"name": "t", "arguments": "{{\\"k\\": \\"{masked}"}}}}]}}}}]}}',
     ),
-    "200-in-band-error": echo(200, "application/json", '{{"error": {{"message": "bad key {key}", "code": 500}}}}'),
+    "200-in-band-error": echo(
+        200, "application/json", '{{"error": {{"message": "bad key {key}", "code": 500}}}}'
+    ),
 }
 
 
@@ -99,7 +109,11 @@ def canary(monkeypatch, caplog) -> Any:
 async def test_echoed_key_never_reaches_errors(canary, kind, case):
     cfg = ProviderConfig(kind=kind, base_url="http://127.0.0.1:9/v1", api_key_env=ENV)
     model, aclose = build_provider("p", cfg, transport=httpx.MockTransport(ECHOES[case]))
-    assert CANARY not in repr(model) and CANARY not in repr(vars(model)) and CANARY not in repr(vars(model.provider))
+    assert (
+        CANARY not in repr(model)
+        and CANARY not in repr(vars(model))
+        and CANARY not in repr(vars(model.provider))
+    )
     try:
         with pytest.raises(ModelError) as info:
             await model.request(_request())
@@ -117,7 +131,10 @@ async def test_transport_failures_and_the_final_listing_stay_clean(canary):
     closers = []
 
     def model(base_url: str, timeout_s: float = 10.0) -> Any:
-        m, aclose = build_provider("p", ProviderConfig(kind="openai", base_url=base_url, api_key_env=ENV, timeout_s=timeout_s))
+        m, aclose = build_provider(
+            "p",
+            ProviderConfig(kind="openai", base_url=base_url, api_key_env=ENV, timeout_s=timeout_s),
+        )
         closers.append(aclose)
         return m
 
@@ -126,8 +143,18 @@ async def test_transport_failures_and_the_final_listing_stay_clean(canary):
 
     fm = FailoverModel(
         [
-            Candidate(key="refused", wire_name="m", model=model(f"http://127.0.0.1:{dead_port}/v1"), max_retries=1),
-            Candidate(key="hung", wire_name="m", model=model(f"http://127.0.0.1:{port}/v1", timeout_s=0.3), max_retries=0),
+            Candidate(
+                key="refused",
+                wire_name="m",
+                model=model(f"http://127.0.0.1:{dead_port}/v1"),
+                max_retries=1,
+            ),
+            Candidate(
+                key="hung",
+                wire_name="m",
+                model=model(f"http://127.0.0.1:{port}/v1", timeout_s=0.3),
+                max_retries=0,
+            ),
         ],
         sleep=no_sleep,
     )
@@ -147,12 +174,20 @@ def test_missing_key_variable_names_the_variable_not_a_value(monkeypatch):
     monkeypatch.delenv(ENV, raising=False)
     with pytest.raises(ConfigError) as info:
         build_provider(
-            "p", ProviderConfig(kind="openai", base_url="http://127.0.0.1:9/v1", api_key_env=ENV), config_path="/etc/cf.yaml"
+            "p",
+            ProviderConfig(kind="openai", base_url="http://127.0.0.1:9/v1", api_key_env=ENV),
+            config_path="/etc/cf.yaml",
         )
-    assert ENV in str(info.value) and info.value.key == "providers.p.api_key_env" and info.value.path == "/etc/cf.yaml"
+    assert (
+        ENV in str(info.value)
+        and info.value.key == "providers.p.api_key_env"
+        and info.value.path == "/etc/cf.yaml"
+    )
 
 
 def _request() -> ModelRequest:
     return ModelRequest(
-        model="m", messages=(Message(role=Role.USER, content="hi"),), metadata={"batch_id": "b", "clone_index": 0}
+        model="m",
+        messages=(Message(role=Role.USER, content="hi"),),
+        metadata={"batch_id": "b", "clone_index": 0},
     )

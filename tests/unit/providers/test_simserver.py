@@ -25,11 +25,16 @@ async def test_models_endpoint_lists_the_simulated_models(sim):
     assert [m["id"] for m in resp.json()["data"]] == ["sim-small", "sim-large"]
 
 
-@pytest.mark.parametrize("body", [b"not json", b'{"model": "sim-small"}', b'{"messages": [{"role": "wizard", "content": "x"}]}'])
+@pytest.mark.parametrize(
+    "body",
+    [b"not json", b'{"model": "sim-small"}', b'{"messages": [{"role": "wizard", "content": "x"}]}'],
+)
 async def test_invalid_chat_requests_get_a_400_json_error(sim, body):
     server, url = await sim()
     async with httpx.AsyncClient() as client:
-        resp = await client.post(f"{url}/chat/completions", content=body, headers={"content-type": "application/json"})
+        resp = await client.post(
+            f"{url}/chat/completions", content=body, headers={"content-type": "application/json"}
+        )
     assert resp.status_code == 400
     assert resp.json()["error"]["type"] == "invalid_request_error"
     assert server.outcomes["bad request"] == 1
@@ -38,10 +43,17 @@ async def test_invalid_chat_requests_get_a_400_json_error(sim, body):
 async def test_error_step_sends_status_and_retry_after(sim):
     from clonefleet.actors._sim import SimScript
 
-    _, url = await sim(script=SimScript.from_data({"default": [{"error": 503, "retry_after": 1.5}]}))
+    _, url = await sim(
+        script=SimScript.from_data({"default": [{"error": 503, "retry_after": 1.5}]})
+    )
     async with httpx.AsyncClient() as client:
         resp = await client.post(
-            f"{url}/chat/completions", json={"model": "sim-small", "messages": [{"role": "user", "content": "x"}], "user": "b/0"}
+            f"{url}/chat/completions",
+            json={
+                "model": "sim-small",
+                "messages": [{"role": "user", "content": "x"}],
+                "user": "b/0",
+            },
         )
     assert resp.status_code == 503
     assert resp.headers["retry-after"] == "1.5"
@@ -66,7 +78,9 @@ async def test_fault_rolls_are_deterministic_per_seed(sim, openai_model, req):
     assert {"ok", "503", "429"} <= set(first + other)
 
 
-async def test_first_request_time_is_kept_per_clone_and_not_moved_by_later_requests(sim, openai_model, req):
+async def test_first_request_time_is_kept_per_clone_and_not_moved_by_later_requests(
+    sim, openai_model, req
+):
     server, url = await sim()
     model = openai_model(url)
     before = time.time()
@@ -83,7 +97,10 @@ async def test_first_request_time_is_kept_per_clone_and_not_moved_by_later_reque
 async def test_requests_without_a_clone_are_not_timed(sim):
     server, url = await sim()
     async with httpx.AsyncClient() as client:
-        resp = await client.post(f"{url}/chat/completions", json={"model": "sim-small", "messages": [{"role": "user", "content": "x"}]})
+        resp = await client.post(
+            f"{url}/chat/completions",
+            json={"model": "sim-small", "messages": [{"role": "user", "content": "x"}]},
+        )
     assert resp.status_code == 200
     assert server.first_request_at == {}
 
@@ -113,7 +130,9 @@ async def test_serve_main_serves_until_a_signal_and_stops_cleanly(sig):
     try:
         async with asyncio.timeout(15):
             line = (await proc.stdout.readline()).decode()
-        assert line.startswith("serving simulated provider on http://127.0.0.1:") and line.rstrip().endswith("/v1")
+        assert line.startswith(
+            "serving simulated provider on http://127.0.0.1:"
+        ) and line.rstrip().endswith("/v1")
         url = line.split(" on ", 1)[1].strip()
         async with httpx.AsyncClient() as client:
             assert (await client.get(f"{url}/models")).status_code == 200
