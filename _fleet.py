@@ -14,13 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .actors._sim import SimScript
-from .cluster import ClusterConfig, ClusterSession, resolve_address
-from .cluster._runtime import remote_runtime_env
+from .cluster import ClusterConfig, ClusterSession, remote_runtime_env, resolve_address
 from .config import Config, load_config
 from .errors import ClonefleetError, ClusterError, IdCollision
-from .scheduler import BatchRequest, BatchSubmission, check_count, plan_specs
-from .scheduler._state import new_batch_id, new_job_id
+from .providers import SimScript
+from .scheduler import (
+    BatchRequest,
+    BatchSubmission,
+    check_count,
+    new_batch_id,
+    new_job_id,
+    plan_specs,
+)
 
 __all__ = ["Batch", "BatchPlan", "Fleet", "plan_batch"]
 

@@ -395,7 +395,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
 
 
 def cmd_provider(args: argparse.Namespace) -> int:
-    from .actors._simserver import serve_main
+    from .providers import serve_main
 
     return serve_main(
         port=args.port,

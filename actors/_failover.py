@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ..errors import AllModelsFailed, ModelError, ModelTimeout
-from ._types import Model, ModelRequest, ModelResponse
+from ..providers import Model, ModelRequest, ModelResponse
 
 __all__ = ["Candidate", "FailoverModel", "backoff_s"]
 

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import Config
+from ..providers import SimScript
 from ._jobtools import JobControl
 from ._loop import Clone
 from ._providers import ProviderPool
-from ._sim import SimScript
 from ._spec import CloneSpec, RunResult, StopReason, stop_error
 
 __all__ = ["HostCore", "FINAL_EVENT"]

@@ -11,8 +11,8 @@ import json
 from typing import Any, Protocol
 
 from ..errors import ClonefleetError, ToolRetry
+from ..providers import ToolSpec
 from ._tools import Tool, ToolContext
-from ._types import ToolSpec
 
 __all__ = ["JOB_TOOL_NAMES", "JobControl", "job_tools"]
 

@@ -18,11 +18,11 @@ from typing import Any
 import jsonschema
 
 from ..errors import AllModelsFailed, ModelError, ToolRetry
+from ..providers import Message, Model, ModelRequest, ModelResponse, Role, ToolCall, ToolSpec, Usage
 from ._exit import ExitJudge, Outcome, Verdict
 from ._jobtools import JOB_TOOL_NAMES, JobControl, job_tools
 from ._spec import CloneSpec, RunResult, StopReason, stop_error
 from ._tools import BUILTIN_TOOLS, CLAUDE_ALIASES, Tool, ToolContext
-from ._types import Message, Model, ModelRequest, ModelResponse, Role, ToolCall, ToolSpec, Usage
 
 __all__ = ["BASE_PROMPT", "Clone", "Emit"]
 

@@ -9,11 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..config import Config, ProviderConfig
-from ..errors import ConfigError
+from ..providers import Model, SimBrain, SimScript, SimulatedModel
 from ._failover import Candidate, FailoverModel, OnFailover
-from ._sim import SimBrain, SimScript, SimulatedModel
 from ._spec import CloneSpec
-from ._types import Model
 
 __all__ = ["ProviderPool"]
 
@@ -43,15 +41,9 @@ class ProviderPool:
                 script=script, seed=opts.seed, fail_rate=opts.fail_rate, rate_429=opts.rate_429
             )
             return SimulatedModel(brain, latency_ms=opts.latency_ms)
-        try:
-            from . import _http
-        except ImportError as exc:  # pragma: no cover - packaging problem
-            raise ConfigError(
-                f"provider kind {cfg.kind!r} is unavailable: {exc}",
-                self.config.path,
-                f"providers.{name}",
-            ) from exc
-        model, closer = _http.build_provider(name, cfg, config_path=self.config.path)
+        from ..providers import build_provider
+
+        model, closer = build_provider(name, cfg, config_path=self.config.path)
         self._closers.append(closer)
         return model
 

@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from ..config import Config
-from ._sim import SimScript
+from ..providers import SimScript
 from ._tools import Tool
 
 __all__ = ["RUN_RECORD_FIELDS", "CloneSpec", "RunResult", "StopReason", "STOP_ERRORS", "run_record"]

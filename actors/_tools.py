@@ -28,8 +28,8 @@ from typing import Any
 import pydantic
 
 from ..errors import ToolRetry
+from ..providers import ToolSpec
 from ._sandbox import open_checked, open_inside, resolve_inside
-from ._types import ToolSpec
 
 __all__ = [
     "BUILTIN_TOOLS",

@@ -12,11 +12,11 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
-from ..cluster._connect import NAMESPACE, SCHEDULER_NAME
+from ..cluster import NAMESPACE, SCHEDULER_NAME
 from ..config import Config
 from ..errors import ClonefleetError, ClusterError
+from ..providers import SimScript
 from ._host import HostCore
-from ._sim import SimScript
 from ._spec import CloneSpec
 
 __all__ = ["CloneHost", "CloneHostActor"]
@@ -29,7 +29,10 @@ class CloneHostActor:
     def __init__(self) -> None:
         # Import what every clone needs now, while the host is only warming up, so the first
         # batch does not pay for it (about a second on a busy 2-core machine).
-        from . import _http, _loop  # noqa: F401
+        from .. import providers
+        from . import _loop  # noqa: F401
+
+        providers.preload()
 
         self._core: HostCore | None = None
 

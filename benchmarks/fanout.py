@@ -72,7 +72,7 @@ def serve(latency_ms: float, seed: int) -> int:
 async def _serve(latency_ms: float, seed: int) -> int:
     from aiohttp import web
 
-    from clonefleet.actors import SimBrain, SimServer
+    from clonefleet.providers import SimBrain, SimServer
 
     state = SimServer(SimBrain(seed=seed), latency_ms=latency_ms)
     sample: list[bytes] = []

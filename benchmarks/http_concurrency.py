@@ -30,8 +30,8 @@ from typing import Any
 import aiohttp
 import httpx
 
-from clonefleet.actors import Message, ModelRequest, Role, ToolSpec, build_provider, make_client
 from clonefleet.config import ProviderConfig
+from clonefleet.providers import Message, ModelRequest, Role, ToolSpec, build_provider, make_client
 
 RESULTS = Path(__file__).parent / "results" / "http_concurrency.json"
 ROUND_LIMIT_S = 120.0
@@ -211,7 +211,7 @@ async def run_mode(mode: str, base_url: str, n: int, rounds: int) -> list[dict[s
 
 
 def start_server(latency_ms: float) -> tuple[subprocess.Popen[str], str]:
-    code = f"from clonefleet.actors import serve_main; raise SystemExit(serve_main(0, latency_ms={latency_ms!r}))"
+    code = f"from clonefleet.providers import serve_main; raise SystemExit(serve_main(0, latency_ms={latency_ms!r}))"
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
         stdout=subprocess.PIPE,

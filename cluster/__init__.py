@@ -14,6 +14,7 @@ from ._local import cluster_up as cluster_up
 from ._local import read_state as read_state
 from ._local import resolve_address as resolve_address
 from ._local import state_path as state_path
+from ._runtime import remote_runtime_env as remote_runtime_env
 
 __all__ = [
     "NAMESPACE",
@@ -24,6 +25,7 @@ __all__ = [
     "cluster_up",
     "loopback_environment",
     "read_state",
+    "remote_runtime_env",
     "resolve_address",
     "state_path",
 ]

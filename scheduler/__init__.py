@@ -17,6 +17,8 @@ from ._state import TRANSITIONS as TRANSITIONS
 from ._state import JobRecord as JobRecord
 from ._state import JobState as JobState
 from ._state import display_name as display_name
+from ._state import new_batch_id as new_batch_id
+from ._state import new_job_id as new_job_id
 
 __all__ = [
     "LEVELS",
@@ -31,6 +33,8 @@ __all__ = [
     "check_count",
     "choose_clones_per_actor",
     "display_name",
+    "new_batch_id",
+    "new_job_id",
     "plan_specs",
     "resolve_tools",
 ]

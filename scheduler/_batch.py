@@ -12,9 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..actors._sim import SimScript
-from ..actors._spec import CloneSpec
-from ..actors._tools import BUILTIN_TOOLS, CLAUDE_ALIASES
+from ..actors import BUILTIN_TOOLS, CLAUDE_ALIASES, CloneSpec
 from ..config import Config
 from ..definitions import (
     DEFAULT_EXIT_SCHEMA,
@@ -25,6 +23,7 @@ from ..definitions import (
     skill_allowed,
 )
 from ..errors import ConfigError, UsageError
+from ..providers import SimScript
 
 __all__ = ["BatchRequest", "check_count", "plan_specs", "resolve_tools"]
 

@@ -17,13 +17,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..actors._host import FINAL_EVENT, crashed_result
-from ..actors._jobtools import JobControl
-from ..actors._sim import SimScript
-from ..actors._spec import CloneSpec
+from ..actors import FINAL_EVENT, CloneSpec, JobControl, crashed_result
 from ..config import Config
 from ..definitions import Catalog, SkillCatalog
 from ..errors import ClusterError, IdCollision, UnknownJobError, UsageError
+from ..providers import SimScript
 from ._state import TERMINAL, JobRecord, JobState, display_name, new_batch_id, new_job_id
 
 __all__ = [

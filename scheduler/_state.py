@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from ..actors._spec import run_record
+from ..actors import run_record
 from ..errors import UsageError
 
 __all__ = [

@@ -15,15 +15,15 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..actors._sim import SimScript
-from ..actors._spec import CloneSpec
+from ..actors import CloneSpec
 from ..actors.remote import CloneHost
 from ..config import Config
+from ..providers import SimScript
 from ._core import BatchSubmission, SchedulerCore
 
 __all__ = ["SCHEDULER_NAME", "NAMESPACE", "RayHost", "SchedulerActor", "get_or_create_scheduler"]
 
-from ..cluster._connect import NAMESPACE, SCHEDULER_NAME
+from ..cluster import NAMESPACE, SCHEDULER_NAME
 
 
 class RayHost:

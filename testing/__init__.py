@@ -11,9 +11,9 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ..actors._spec import CloneSpec
-from ..actors._types import ModelRequest, ModelResponse, ToolCall, Usage
+from ..actors import CloneSpec
 from ..definitions import DEFAULT_EXIT_SCHEMA
+from ..providers import ModelRequest, ModelResponse, ToolCall, Usage
 
 __all__ = ["FakeClock", "FunctionModel", "LocalHost", "ScriptedModel", "call", "make_spec", "reply"]
 
@@ -113,7 +113,7 @@ class LocalHost:
     """An in-process clone host for :class:`~clonefleet.scheduler.SchedulerCore` tests (no Ray)."""
 
     def __init__(self, host_id: str, control: Any = None) -> None:
-        from ..actors._host import HostCore
+        from ..actors import HostCore
 
         self.host_id = host_id
         self.core = HostCore(control=control)

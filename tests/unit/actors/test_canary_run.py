@@ -11,9 +11,9 @@ import pickle
 import pytest
 from aiohttp import web
 
-from clonefleet.actors import HostCore, set_live_requests_allowed
-from clonefleet.actors._host import FINAL_EVENT
+from clonefleet.actors import FINAL_EVENT, HostCore
 from clonefleet.config import Config
+from clonefleet.providers import set_live_requests_allowed
 from clonefleet.testing import make_spec
 
 pytestmark = pytest.mark.timeout(30)

@@ -8,8 +8,15 @@ import threading
 
 import pytest
 
-from clonefleet.actors import Clone, ExitJudge, Outcome, StopReason, Verdict, classify
-from clonefleet.actors._exit import schema_errors
+from clonefleet.actors import (
+    Clone,
+    ExitJudge,
+    Outcome,
+    StopReason,
+    Verdict,
+    classify,
+    schema_errors,
+)
 from clonefleet.errors import DefinitionError
 from clonefleet.testing import ScriptedModel, call, make_spec, reply
 

@@ -9,7 +9,8 @@ from typing import Literal
 
 import pytest
 
-from clonefleet.actors import Clone, StopReason, ToolCall, ToolContext, tool_from_function
+from clonefleet.actors import Clone, StopReason, ToolContext, tool_from_function
+from clonefleet.providers import ToolCall
 from clonefleet.testing import FunctionModel, ScriptedModel, call, make_spec, reply
 
 pytestmark = pytest.mark.timeout(20)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clonefleet.actors import BUILTIN_TOOLS, ToolContext, open_inside, resolve_inside
-from clonefleet.actors._sandbox import open_checked
+from clonefleet.actors import BUILTIN_TOOLS, ToolContext, open_checked, open_inside, resolve_inside
 from clonefleet.errors import ToolRetry
 
 pytestmark = pytest.mark.timeout(20)

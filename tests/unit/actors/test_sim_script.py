@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from clonefleet.actors import ModelRequest, SimBrain, SimScript, SimulatedModel
 from clonefleet.errors import ConfigError, ModelBehaviorError, ModelHTTPError
+from clonefleet.providers import ModelRequest, SimBrain, SimScript, SimulatedModel
 
 pytestmark = pytest.mark.timeout(20)
 

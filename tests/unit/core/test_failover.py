@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from clonefleet.actors import Candidate, FailoverModel, ModelRequest
+from clonefleet.actors import Candidate, FailoverModel
 from clonefleet.errors import AllModelsFailed, ModelHTTPError, ModelTimeout
+from clonefleet.providers import ModelRequest
 from clonefleet.testing import FakeClock, ScriptedModel, reply
 
 REQ = ModelRequest(model="", messages=())

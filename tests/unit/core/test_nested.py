@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from clonefleet.actors import SimScript
 from clonefleet.config import Config
 from clonefleet.definitions import load_catalog
+from clonefleet.providers import SimScript
 from clonefleet.scheduler import BatchRequest, BatchSubmission, SchedulerCore, plan_specs
 from clonefleet.testing import LocalHost
 
@@ -220,8 +220,7 @@ async def test_job_control_tools_status_block_result_and_cancel(tmp_path):
     root = start(core, cwd, script)["job_ids"][0]
     assert (await core.job_block([root], timeout_seconds=20))["done"]
     middle = core.list_jobs(parent=root)["jobs"][0]["job_id"]
-    from clonefleet.actors._jobtools import job_tools
-    from clonefleet.actors._tools import ToolContext
+    from clonefleet.actors import ToolContext, job_tools
     from clonefleet.errors import ToolRetry
 
     tools = job_tools(core.control, root)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from clonefleet.actors import SimScript
 from clonefleet.config import Config
 from clonefleet.errors import UnknownJobError, UsageError
+from clonefleet.providers import SimScript
 from clonefleet.scheduler import (
     TRANSITIONS,
     BatchSubmission,

@@ -7,11 +7,20 @@ from typing import Any
 
 import pytest
 
-from clonefleet.actors._failover import Candidate
-from clonefleet.actors._http import build_provider, set_live_requests_allowed
-from clonefleet.actors._simserver import SIM_SERVER, SimServer, start_server
-from clonefleet.actors._types import Message, Model, ModelRequest, Role, ToolSpec
+from clonefleet.actors import Candidate
 from clonefleet.config import ProviderConfig
+from clonefleet.providers import (
+    SIM_SERVER,
+    Message,
+    Model,
+    ModelRequest,
+    Role,
+    SimServer,
+    ToolSpec,
+    build_provider,
+    set_live_requests_allowed,
+    start_server,
+)
 
 StartSim = Callable[..., Awaitable[tuple[SimServer, str]]]
 BuildModel = Callable[..., Model]

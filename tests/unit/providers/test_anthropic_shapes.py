@@ -10,10 +10,9 @@ from typing import Any
 import httpx
 import pytest
 
-from clonefleet.actors._http import build_provider
-from clonefleet.actors._types import Message, ModelRequest, Role, ToolCall, ToolSpec
 from clonefleet.config import ProviderConfig
 from clonefleet.errors import ModelBehaviorError, ModelHTTPError
+from clonefleet.providers import Message, ModelRequest, Role, ToolCall, ToolSpec, build_provider
 
 pytestmark = pytest.mark.timeout(20)
 SHAPES = Path(__file__).parents[2] / "fixtures" / "providers" / "anthropic"

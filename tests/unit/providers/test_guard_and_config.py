@@ -7,17 +7,19 @@ import email.utils
 import httpx
 import pytest
 
-from clonefleet.actors._http import (
+from clonefleet.config import ProviderConfig
+from clonefleet.errors import ConfigError, UsageError
+from clonefleet.providers import (
     BLOCK_LIVE_ENV,
+    Message,
+    ModelRequest,
+    Role,
     build_provider,
     ensure_live_requests_allowed,
     live_requests_allowed,
     parse_retry_after,
     set_live_requests_allowed,
 )
-from clonefleet.actors._types import Message, ModelRequest, Role
-from clonefleet.config import ProviderConfig
-from clonefleet.errors import ConfigError, UsageError
 
 pytestmark = pytest.mark.timeout(20)
 NOW = 1_700_000_000.0

@@ -9,11 +9,9 @@ import time
 
 import pytest
 
-from clonefleet.actors._failover import FailoverModel
-from clonefleet.actors._sim import SimScript
-from clonefleet.actors._simserver import start_server
-from clonefleet.actors._types import Message, Role
+from clonefleet.actors import FailoverModel
 from clonefleet.errors import AllModelsFailed, ModelBehaviorError, ModelHTTPError, ModelTimeout
+from clonefleet.providers import Message, Role, SimScript, start_server
 
 pytestmark = pytest.mark.timeout(20)
 

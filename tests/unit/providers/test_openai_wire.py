@@ -9,11 +9,18 @@ from typing import Any
 import httpx
 import pytest
 
-from clonefleet.actors._failover import FailoverModel
-from clonefleet.actors._http import build_provider
-from clonefleet.actors._types import Message, Model, ModelRequest, Role, ToolCall, ToolSpec
+from clonefleet.actors import FailoverModel
 from clonefleet.config import ProviderConfig
 from clonefleet.errors import ModelBehaviorError, ModelHTTPError
+from clonefleet.providers import (
+    Message,
+    Model,
+    ModelRequest,
+    Role,
+    ToolCall,
+    ToolSpec,
+    build_provider,
+)
 
 pytestmark = pytest.mark.timeout(20)
 URL = "http://127.0.0.1:8000/v1"
@@ -291,7 +298,7 @@ async def test_spend_cap_429_moves_on_at_once(mock_model):
     async def sleep(s: float) -> None:
         delays.append(s)
 
-    from clonefleet.actors._failover import Candidate
+    from clonefleet.actors import Candidate
 
     fm = FailoverModel(
         [

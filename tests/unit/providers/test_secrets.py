@@ -12,13 +12,17 @@ from typing import Any
 import httpx
 import pytest
 
-from clonefleet.actors._failover import Candidate, FailoverModel
-from clonefleet.actors._http import build_provider
-from clonefleet.actors._sim import SimScript
-from clonefleet.actors._simserver import start_server
-from clonefleet.actors._types import Message, ModelRequest, Role
+from clonefleet.actors import Candidate, FailoverModel
 from clonefleet.config import ProviderConfig
 from clonefleet.errors import AllModelsFailed, ClonefleetError, ConfigError, ModelError
+from clonefleet.providers import (
+    Message,
+    ModelRequest,
+    Role,
+    SimScript,
+    build_provider,
+    start_server,
+)
 
 pytestmark = pytest.mark.timeout(20)
 CANARY = "sk-canary-7f3a9c2e5b8d41f6a0c9e7b3d2f1a8c4"

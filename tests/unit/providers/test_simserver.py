@@ -11,8 +11,8 @@ import time
 import httpx
 import pytest
 
-from clonefleet.actors._simserver import serve_main, start_server
 from clonefleet.errors import UsageError
+from clonefleet.providers import serve_main, start_server
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -41,7 +41,7 @@ async def test_invalid_chat_requests_get_a_400_json_error(sim, body):
 
 
 async def test_error_step_sends_status_and_retry_after(sim):
-    from clonefleet.actors._sim import SimScript
+    from clonefleet.providers import SimScript
 
     _, url = await sim(
         script=SimScript.from_data({"default": [{"error": 503, "retry_after": 1.5}]})
@@ -118,7 +118,9 @@ def test_serve_main_reports_a_bad_script(tmp_path, capsys):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 async def test_serve_main_serves_until_a_signal_and_stops_cleanly(sig):
-    code = "from clonefleet.actors._simserver import serve_main; raise SystemExit(serve_main(0, latency_ms=1))"
+    code = (
+        "from clonefleet.providers import serve_main; raise SystemExit(serve_main(0, latency_ms=1))"
+    )
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",

@@ -1,0 +1,105 @@
+"""Model providers: the model protocol, the real HTTP providers and the simulated model.
+
+One protocol, :class:`Model` (a :class:`ModelRequest` in, a :class:`ModelResponse` out), and its
+implementations: :class:`OpenAIModel` and :class:`AnthropicModel` over a shared
+:class:`HTTPProvider`, and :class:`SimulatedModel`, which the same :class:`SimBrain` also serves
+over HTTP (``clonefleet provider serve``). Retrying and failing over are not here: the clone's
+failover model in :mod:`clonefleet.actors` does that from the errors raised here.
+
+The HTTP parts (httpx, aiohttp: about 0.2 s to import) load on first use, so a command that only
+reads definitions does not pay for them. See ``docs/architecture.md``.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from ._sim import SimBrain as SimBrain
+from ._sim import SimScript as SimScript
+from ._sim import SimStep as SimStep
+from ._sim import SimulatedModel as SimulatedModel
+from ._types import Message as Message
+from ._types import Model as Model
+from ._types import ModelRequest as ModelRequest
+from ._types import ModelResponse as ModelResponse
+from ._types import Role as Role
+from ._types import ToolCall as ToolCall
+from ._types import ToolSpec as ToolSpec
+from ._types import Usage as Usage
+
+if TYPE_CHECKING:
+    from ._anthropic import AnthropicModel as AnthropicModel
+    from ._anthropic import anthropic_payload as anthropic_payload
+    from ._anthropic import anthropic_response as anthropic_response
+    from ._config import build_provider as build_provider
+    from ._guard import BLOCK_LIVE_ENV as BLOCK_LIVE_ENV
+    from ._guard import ensure_live_requests_allowed as ensure_live_requests_allowed
+    from ._guard import is_loopback_url as is_loopback_url
+    from ._guard import live_requests_allowed as live_requests_allowed
+    from ._guard import set_live_requests_allowed as set_live_requests_allowed
+    from ._openai import OpenAIModel as OpenAIModel
+    from ._openai import openai_payload as openai_payload
+    from ._openai import openai_response as openai_response
+    from ._simserver import SIM_SERVER as SIM_SERVER
+    from ._simserver import SimServer as SimServer
+    from ._simserver import serve_main as serve_main
+    from ._simserver import start_server as start_server
+    from ._transport import HTTPProvider as HTTPProvider
+    from ._transport import make_client as make_client
+    from ._transport import parse_retry_after as parse_retry_after
+
+_LAZY = {
+    "AnthropicModel": "_anthropic",
+    "anthropic_payload": "_anthropic",
+    "anthropic_response": "_anthropic",
+    "build_provider": "_config",
+    "BLOCK_LIVE_ENV": "_guard",
+    "ensure_live_requests_allowed": "_guard",
+    "is_loopback_url": "_guard",
+    "live_requests_allowed": "_guard",
+    "set_live_requests_allowed": "_guard",
+    "OpenAIModel": "_openai",
+    "openai_payload": "_openai",
+    "openai_response": "_openai",
+    "SIM_SERVER": "_simserver",
+    "SimServer": "_simserver",
+    "serve_main": "_simserver",
+    "start_server": "_simserver",
+    "HTTPProvider": "_transport",
+    "make_client": "_transport",
+    "parse_retry_after": "_transport",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def preload() -> None:
+    """Import the HTTP providers now (a warming clone host calls this before its first batch)."""
+    for module in set(_LAZY.values()):
+        import_module(f"{__name__}.{module}")
+
+
+__all__ = [
+    *sorted(_LAZY),
+    "Message",
+    "Model",
+    "ModelRequest",
+    "ModelResponse",
+    "Role",
+    "SimBrain",
+    "SimScript",
+    "SimStep",
+    "SimulatedModel",
+    "ToolCall",
+    "ToolSpec",
+    "Usage",
+    "preload",
+]

@@ -1,0 +1,101 @@
+"""Building a real provider from its config entry: base URL checks, the API key from the
+environment, and the provider/model pair a clone host caches.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from ..config import ProviderConfig
+from ..errors import ConfigError
+from ._anthropic import ANTHROPIC_VERSION, AnthropicModel
+from ._openai import OpenAIModel
+from ._transport import HTTPProvider
+from ._types import Model
+
+__all__ = ["ANTHROPIC_BASE_URL", "build_provider"]
+
+ANTHROPIC_BASE_URL = "https://api.anthropic.com/v1"
+
+
+def build_provider(
+    name: str,
+    cfg: ProviderConfig,
+    config_path: str | None = None,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> tuple[Model, Callable[[], Any]]:
+    """Build the shared model client of one ``openai`` or ``anthropic`` provider entry.
+
+    The API key is read here, once, from ``os.environ[cfg.api_key_env]``. An ``openai`` provider
+    without ``api_key_env`` sends no key (local servers); an ``anthropic`` one reads
+    ``ANTHROPIC_API_KEY``. An Anthropic ``base_url`` may be given with or without its ``/v1``.
+
+    Args:
+        name: the provider's key in the config (for messages).
+        cfg: the validated provider entry.
+        config_path: the config file, named in errors.
+        transport: an ``httpx`` transport to use instead of aiohttp (tests).
+
+    Returns:
+        ``(model, aclose)``: the model, and a callable returning an awaitable that closes its client.
+
+    Raises:
+        ConfigError: an unsupported kind, a bad ``base_url``, or a missing/empty key variable.
+    """
+    where = f"providers.{name}"
+    if cfg.kind not in ("openai", "anthropic"):
+        raise ConfigError(
+            f"provider kind {cfg.kind!r} is not an HTTP provider", config_path, f"{where}.kind"
+        )
+    base_url = _check_base_url(cfg.base_url or ANTHROPIC_BASE_URL, config_path, f"{where}.base_url")
+    key_env = cfg.api_key_env or ("ANTHROPIC_API_KEY" if cfg.kind == "anthropic" else None)
+    key = _read_key(name, key_env, config_path, f"{where}.api_key_env") if key_env else None
+    common = {
+        "name": name,
+        "secrets": (key,) if key else (),
+        "timeout_s": cfg.timeout_s,
+        "max_connections": cfg.max_connections,
+    }
+    if cfg.kind == "openai":
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        provider = HTTPProvider(base_url=base_url, headers=headers, transport=transport, **common)
+        return OpenAIModel(provider), provider.aclose
+    if not httpx.URL(base_url).path.rstrip("/").endswith("/v1"):
+        base_url = base_url.rstrip("/") + "/v1"
+    headers = {"x-api-key": key or "", "anthropic-version": ANTHROPIC_VERSION}
+    provider = HTTPProvider(base_url=base_url, headers=headers, transport=transport, **common)
+    return AnthropicModel(provider), provider.aclose
+
+
+def _check_base_url(url: str, config_path: str | None, key: str) -> str:
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ConfigError(f"base_url {url!r} is not a URL ({exc})", config_path, key) from exc
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigError(
+            f"base_url {url!r} must be an http:// or https:// URL with a host", config_path, key
+        )
+    return url
+
+
+def _read_key(name: str, env: str, config_path: str | None, key: str) -> str:
+    value = os.environ.get(env)
+    if value is None:
+        raise ConfigError(
+            f"environment variable {env} is not set; set it to the API key of provider {name!r}",
+            config_path,
+            key,
+        )
+    if not value.strip():
+        raise ConfigError(
+            f"environment variable {env} is empty; set it to the API key of provider {name!r}",
+            config_path,
+            key,
+        )
+    return value.strip()

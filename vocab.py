@@ -1,0 +1,228 @@
+"""The shared vocabulary: tool names, statuses, stop reasons, event types and record fields.
+
+Every word that more than one layer speaks is written here once, and only here: the loader checks
+definitions against these tool names, the clone loop emits these event types, the scheduler files
+jobs under these states and the CLI prints these record fields. This module imports nothing but
+the standard library, so every layer may import it (``docs/architecture.md``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = [
+    "CLAUDE_TOOL_ALIASES",
+    "CONTROL_TOOLS",
+    "EVENT_LEVELS",
+    "JOB_TOOLS",
+    "KNOWN_TOOLS",
+    "RUN_RECORD_FIELDS",
+    "SPAWN_TOOLS",
+    "STATUS_FAMILIES",
+    "STOP_ERRORS",
+    "UNDENIABLE_TOOLS",
+    "WORK_TOOLS",
+    "EventType",
+    "JobState",
+    "Outcome",
+    "StopReason",
+    "canonical_tool",
+    "status_family",
+    "stop_error",
+]
+
+# -- tools --------------------------------------------------------------------------------------
+
+WORK_TOOLS: tuple[str, ...] = (
+    "file_read",
+    "file_write",
+    "file_edit",
+    "list_dir",
+    "glob",
+    "grep",
+    "shell",
+)
+"""Work tools every clone host provides."""
+
+CONTROL_TOOLS: tuple[str, ...] = ("exit_tool", "progress_update", "tool_search", "skill")
+"""Tools every subagent gets whether or not its definition lists them."""
+
+JOB_TOOLS: tuple[str, ...] = (
+    "subagent",
+    "job_status",
+    "job_result",
+    "job_cancel",
+    "job_block",
+    "list_jobs",
+)
+"""The job-control tools of a subagent allowed to spawn (they call the job-control API)."""
+
+SPAWN_TOOLS: tuple[str, ...] = JOB_TOOLS
+"""Tools a subagent gets only with ``allow_subagent_spawn: true``."""
+
+UNDENIABLE_TOOLS: frozenset[str] = frozenset(
+    ("exit_tool", "progress_update", "tool_search", "skill", *JOB_TOOLS)
+)
+"""Tools a definition's ``tools_deny`` may not name."""
+
+KNOWN_TOOLS: frozenset[str] = frozenset((*WORK_TOOLS, *CONTROL_TOOLS, *SPAWN_TOOLS, "switch_facet"))
+"""Every tool name the loader recognises without a warning (``switch_facet`` only to reject it)."""
+
+CLAUDE_TOOL_ALIASES: dict[str, str] = {
+    "Read": "file_read",
+    "Write": "file_write",
+    "Edit": "file_edit",
+    "MultiEdit": "file_edit",
+    "LS": "list_dir",
+    "Glob": "glob",
+    "Grep": "grep",
+    "Bash": "shell",
+}
+"""Claude Code tool names and the tools they mean here."""
+
+
+def canonical_tool(name: str) -> str:
+    """The tool a name means here: a Claude Code alias becomes its tool, others stay."""
+    return CLAUDE_TOOL_ALIASES.get(name, name)
+
+
+# -- exit payloads --------------------------------------------------------------------------------
+
+
+class Outcome(StrEnum):
+    """What a finished run achieved, read off its exit payload."""
+
+    SUCCESS = "success"
+    FAILURE = "failure"
+    CANCELLED = "cancelled"
+
+
+STATUS_FAMILIES: dict[Outcome, frozenset[str]] = {
+    Outcome.SUCCESS: frozenset({"success", "ok", "done", "completed"}),
+    Outcome.FAILURE: frozenset({"failure", "failed", "error"}),
+    Outcome.CANCELLED: frozenset({"cancelled", "canceled", "cancel"}),
+}
+"""Recognised exit status strings (lower-cased) per outcome."""
+
+_FAMILY_OF = {word: outcome for outcome, words in STATUS_FAMILIES.items() for word in words}
+
+
+def status_family(word: str) -> Outcome | None:
+    """The outcome a status string means (case-insensitive), or ``None`` when it is unrecognised."""
+    return _FAMILY_OF.get(word.lower())
+
+
+# -- jobs and runs --------------------------------------------------------------------------------
+
+
+class JobState(StrEnum):
+    """A job's status in the job table."""
+
+    RESERVED = "reserved"
+    """Accepted and waiting for a slot (or for its host to start it)."""
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class StopReason(StrEnum):
+    """Why a clone's run ended."""
+
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    TOKEN_LIMIT = "token_limit"
+    """The run's token budget (``max_tokens``) ran out."""
+    MAX_TURNS = "max_turns"
+    """The run used every turn ``max_turns`` allows."""
+    DECLINED = "declined"
+    ABNORMAL = "abnormal"
+
+
+STOP_ERRORS: dict[StopReason, str] = {
+    StopReason.CANCELLED: "Error: subagent run was cancelled",
+    StopReason.FAILED: "Error: subagent run failed",
+    StopReason.TOKEN_LIMIT: "Error: subagent run hit its token limit before finishing",
+    StopReason.MAX_TURNS: "Error: subagent run hit its token limit before finishing",
+    StopReason.DECLINED: "Error: subagent declined the task",
+}
+"""The exact error text a caller sees for each stop reason but ``abnormal`` (which carries its
+reason) and ``completed`` (no error). A turn limit reads as the token-limit text: callers of the
+``subagent`` tool know five error texts, and running out of turns is running out of budget."""
+
+
+def stop_error(reason: StopReason, detail: str = "") -> str | None:
+    """The caller-facing error text of a stop reason (``None`` for a completed run)."""
+    if reason is StopReason.COMPLETED:
+        return None
+    if reason is StopReason.ABNORMAL:
+        return f"Error: subagent run ended abnormally ({detail or 'unknown'})"
+    return STOP_ERRORS[reason]
+
+
+RUN_RECORD_FIELDS: tuple[str, ...] = (
+    "job_id",
+    "batch_id",
+    "agent",
+    "clone_index",
+    "status",
+    "stop_reason",
+    "outcome",
+    "result",
+    "salvaged",
+    "nonconforming",
+    "concerns",
+    "warnings",
+    "error",
+    "model",
+    "turns",
+    "usage",
+)
+"""The fields of one ``run --json`` record, in order (``docs/json.md``)."""
+
+
+# -- events ---------------------------------------------------------------------------------------
+
+
+class EventType(StrEnum):
+    """The ``type`` of a clone's event (inside a ``subagent_event`` envelope)."""
+
+    QUEUED = "queued"
+    STARTED = "started"
+    ASSISTANT = "assistant"
+    TOOL_CALL_START = "tool_call_start"
+    TOOL_CALL_END = "tool_call_end"
+    USAGE = "usage"
+    PROGRESS = "progress"
+    COMPACTION = "compaction"
+    MODEL_FAILOVER = "model_failover"
+    MESSAGE_DELIVERED = "message_delivered"
+    RESULT = "result"
+    ERROR = "error"
+    FINAL = "_final"
+    """Internal: a clone host's last word on a job (its run record); never shown to clients."""
+    ENVELOPE = "subagent_event"
+    """The envelope every event travels in."""
+
+
+_LIFECYCLE = frozenset(
+    {
+        EventType.QUEUED,
+        EventType.STARTED,
+        EventType.PROGRESS,
+        EventType.RESULT,
+        EventType.ERROR,
+        EventType.MODEL_FAILOVER,
+        EventType.MESSAGE_DELIVERED,
+        EventType.COMPACTION,
+    }
+)
+_TOOLS = _LIFECYCLE | {EventType.TOOL_CALL_START, EventType.TOOL_CALL_END}
+
+EVENT_LEVELS: dict[str, frozenset[str]] = {
+    "lifecycle": frozenset(str(e) for e in _LIFECYCLE),
+    "tools": frozenset(str(e) for e in _TOOLS),
+    "all": frozenset(str(e) for e in _TOOLS | {EventType.ASSISTANT, EventType.USAGE}),
+}
+"""Event types shown at each verbosity of ``clonefleet events --level``."""
