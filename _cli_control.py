@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from .errors import UsageError
+from .vocab import succeeded
 
 __all__ = ["add_control_parsers", "connect", "make_console", "CONTROL_HANDLERS"]
 
@@ -173,7 +174,7 @@ def _jobs_result(fleet: Any, args: argparse.Namespace) -> int:
             args.json,
             f"{r['job_id']}: {r['status']} {r['error'] or json.dumps(r['result'], default=str)}",
         )
-        code |= r["status"] != "completed" or r["outcome"] != "success"
+        code |= not succeeded(r)
     return code
 
 
@@ -192,9 +193,7 @@ def _jobs_wait(fleet: Any, args: argparse.Namespace) -> int:
     out = fleet.job_block(args.ids, timeout_seconds=args.timeout)
     for s in out["jobs"]:
         _print(s, args.json, f"{s['job_id']}: {s['status']} outcome={s['outcome']}")
-    ok = out["done"] and all(
-        s["status"] == "completed" and s["outcome"] == "success" for s in out["jobs"]
-    )
+    ok = out["done"] and all(succeeded(s) for s in out["jobs"])
     if not out["done"]:
         print(
             f"clonefleet: timed out after {args.timeout:g}s with jobs still running",

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from ._cli_control import CONTROL_HANDLERS, add_control_parsers, make_console
 from .errors import ClonefleetError, ConfigError, DefinitionError, UsageError
+from .vocab import EventType, succeeded
 
 __all__ = ["main"]
 
@@ -229,7 +230,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         fleet.close()
     if not args.json:
         _summary(records, time.monotonic() - started)
-    ok = all(r["status"] == "completed" and r["outcome"] == "success" for r in records)
+    ok = all(succeeded(r) for r in records)
     return EXIT_OK if ok and len(records) == len(batch.job_ids) else EXIT_FAILED
 
 
@@ -288,7 +289,7 @@ def _watch(fleet: Any, batch: Any, *, as_json: bool) -> list[dict[str, Any]]:
         for env in fleet.follow(batch.batch_id):
             event = env["event"]
             kind = event["type"]
-            if kind == "progress":
+            if kind == EventType.PROGRESS:
                 print(
                     f"exec: progress {json.dumps(event.get('progress'))}",
                     file=sys.stderr,
@@ -298,9 +299,9 @@ def _watch(fleet: Any, batch: Any, *, as_json: bool) -> list[dict[str, Any]]:
                     display.latest = (
                         f"{env['display_name']}: {event.get('progress', {}).get('summary', '')}"
                     )
-            elif kind == "started" and display:
+            elif kind == EventType.STARTED and display:
                 display.running += 1
-            elif kind == "result":
+            elif kind == EventType.RESULT:
                 record = event["record"]
                 records[record["job_id"]] = record
                 if as_json:
@@ -308,9 +309,7 @@ def _watch(fleet: Any, batch: Any, *, as_json: bool) -> list[dict[str, Any]]:
                 elif display:
                     display.running = max(display.running - 1, 0)
                     display.done += 1
-                    display.failed += (
-                        record["status"] != "completed" or record["outcome"] != "success"
-                    )
+                    display.failed += not succeeded(record)
             if display:
                 display.update()
     finally:

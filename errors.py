@@ -2,12 +2,13 @@
 
 Every error a caller can see is a subclass of :class:`ClonefleetError`. Each one pickles (Ray
 rebuilds exceptions that leave an actor with ``cls(*exc.args)``), so ``args`` always equal the
-constructor arguments or ``__reduce__`` says how to rebuild it.
+constructor arguments or ``_rebuilt_from`` names the attributes that rebuild it.
 
 ```
 ClonefleetError
 ├── UsageError           caller misuse (bad argument, wrong lifecycle state); never retried
-│   └── UnknownJobError  a job or batch id that the fleet does not know
+│   ├── UnknownJobError  a job or batch id that the fleet does not know
+│   └── IdCollision      a batch or job id drawn by the client is already in use
 ├── DefinitionError      load/validate/render failed; carries path, reason, field
 │   └── TemplateError    a template failed to render (undefined name, sandbox, size, time)
 ├── ConfigError          the config file is unreadable or invalid; names file and key
@@ -16,11 +17,7 @@ ClonefleetError
 │   ├── ModelTimeout     connect/read/overall deadline passed
 │   ├── ModelBehaviorError  malformed response or tool call
 │   └── AllModelsFailed  every candidate of a group failed; lists each last failure
-├── RunError             a clone run ended without completing
-│   ├── MaxTurnsExceeded, BudgetExceeded, RunCancelled
-├── InboxError           InboxClosed, InboxBroken, InboxFull, InboxEmpty
 └── ClusterError         cannot start/connect/place
-    └── CloneCrashed     the actor hosting a clone died
 ```
 
 Signals that steer the agent loop (``ToolRetry``) are deliberately not on this tree.
@@ -28,27 +25,19 @@ Signals that steer the agent loop (``ToolRetry``) are deliberately not on this t
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 __all__ = [
     "AllModelsFailed",
-    "BudgetExceeded",
     "ClonefleetError",
-    "CloneCrashed",
     "ClusterError",
     "ConfigError",
     "DefinitionError",
     "IdCollision",
-    "InboxBroken",
-    "InboxClosed",
-    "InboxEmpty",
-    "InboxError",
-    "InboxFull",
-    "MaxTurnsExceeded",
     "ModelBehaviorError",
     "ModelError",
     "ModelHTTPError",
     "ModelTimeout",
-    "RunCancelled",
-    "RunError",
     "TemplateError",
     "ToolRetry",
     "UnknownJobError",
@@ -59,6 +48,15 @@ __all__ = [
 class ClonefleetError(Exception):
     """Root of every error clonefleet raises on purpose."""
 
+    _rebuilt_from: ClassVar[tuple[str, ...]] = ()
+    """The attributes passed back to the constructor to rebuild the error, in order; empty when
+    ``args`` already are the constructor arguments."""
+
+    def __reduce__(self) -> str | tuple[Any, ...]:
+        if not self._rebuilt_from:
+            return super().__reduce__()
+        return type(self), tuple(getattr(self, name) for name in self._rebuilt_from)
+
 
 class UsageError(ClonefleetError):
     """The caller misused the API or CLI (bad argument, wrong lifecycle state)."""
@@ -67,48 +65,48 @@ class UsageError(ClonefleetError):
 class UnknownJobError(UsageError):
     """A job or batch id the fleet has no record of."""
 
+    _rebuilt_from = ("job_id",)
+
     def __init__(self, job_id: str) -> None:
         super().__init__(
             f"unknown job or batch id {job_id!r}; `clonefleet jobs list` shows known ids"
         )
         self.job_id = job_id
 
-    def __reduce__(self):  # type: ignore[override]
-        return type(self), (self.job_id,)
-
 
 class IdCollision(UsageError):
     """A batch or job id drawn by the client is already in use in the fleet; draw new ids."""
 
+    _rebuilt_from = ("ident",)
+
     def __init__(self, ident: str) -> None:
         super().__init__(f"id {ident} is already in use in this fleet; submit again with new ids")
         self.ident = ident
-
-    def __reduce__(self):  # type: ignore[override]
-        return type(self), (self.ident,)
 
 
 class DefinitionError(ClonefleetError):
     """A subagent definition failed to load, validate or render.
 
     Attributes:
-        reason: one of the structured reasons of SPEC §2.2 (``invalid-definition``, ...).
+        reason: one of the structured reasons of ``docs/definitions.md`` (``invalid-definition``,
+            ...); :attr:`default_reason` when not given.
         path: the file, or ``None`` for definitions made in code.
         field: the frontmatter key at fault, when one is.
     """
 
+    default_reason: ClassVar[str] = "invalid-definition"
+    _rebuilt_from = ("message", "reason", "path", "field")
+
     def __init__(
         self,
         message: str,
-        reason: str = "invalid-definition",
+        reason: str | None = None,
         path: str | None = None,
         field: str | None = None,
     ) -> None:
         super().__init__(message)
-        self.message, self.reason, self.path, self.field = message, reason, path, field
-
-    def __reduce__(self):  # type: ignore[override]
-        return type(self), (self.message, self.reason, self.path, self.field)
+        self.message, self.path, self.field = message, path, field
+        self.reason = reason or self.default_reason
 
     def __str__(self) -> str:
         where = f"{self.path}: " if self.path else ""
@@ -118,25 +116,17 @@ class DefinitionError(ClonefleetError):
 class TemplateError(DefinitionError):
     """A prompt or definition body could not be rendered."""
 
-    def __init__(
-        self,
-        message: str,
-        reason: str = "render-error",
-        path: str | None = None,
-        field: str | None = None,
-    ) -> None:
-        super().__init__(message, reason, path, field)
+    default_reason = "render-error"
 
 
 class ConfigError(ClonefleetError):
     """The configuration file is unreadable or invalid."""
 
+    _rebuilt_from = ("message", "path", "key")
+
     def __init__(self, message: str, path: str | None = None, key: str | None = None) -> None:
         super().__init__(message)
         self.message, self.path, self.key = message, path, key
-
-    def __reduce__(self):  # type: ignore[override]
-        return type(self), (self.message, self.path, self.key)
 
     def __str__(self) -> str:
         where = f"{self.path}" if self.path else "config"
@@ -147,12 +137,19 @@ class ConfigError(ClonefleetError):
 class ModelError(ClonefleetError):
     """A model provider failed. ``retryable`` says whether the same candidate may be tried again."""
 
-    retryable: bool = False
+    transient: ClassVar[bool] = False
+    """Whether every error of this class is worth another try on the same candidate."""
     retry_after_s: float | None = None
+
+    @property
+    def retryable(self) -> bool:
+        return self.transient
 
 
 class ModelHTTPError(ModelError):
     """The provider answered with an HTTP error status."""
+
+    _rebuilt_from = ("status", "body", "retry_after_s", "spend_cap")
 
     def __init__(
         self,
@@ -162,18 +159,11 @@ class ModelHTTPError(ModelError):
         spend_cap: bool = False,
     ) -> None:
         super().__init__(f"model returned HTTP {status}")
-        self.status, self.body, self.retry_after_s, self.spend_cap = (
-            status,
-            body[:500],
-            retry_after_s,
-            spend_cap,
-        )
-
-    def __reduce__(self):  # type: ignore[override]
-        return type(self), (self.status, self.body, self.retry_after_s, self.spend_cap)
+        self.status, self.body, self.spend_cap = status, body[:500], spend_cap
+        self.retry_after_s = retry_after_s
 
     @property
-    def retryable(self) -> bool:  # type: ignore[override]
+    def retryable(self) -> bool:
         if self.status == 429:
             return not self.spend_cap
         return self.status >= 500
@@ -186,76 +176,28 @@ class ModelHTTPError(ModelError):
 class ModelTimeout(ModelError):
     """Connecting, reading or the overall request deadline timed out."""
 
-    retryable = True
+    transient = True
 
 
 class ModelBehaviorError(ModelError):
     """The provider's response could not be understood (malformed JSON, broken tool call)."""
 
-    retryable = True
+    transient = True
 
 
 class AllModelsFailed(ModelError):
     """Every candidate model (group and fallbacks) failed; ``failures`` maps model to last error."""
+
+    _rebuilt_from = ("failures",)
 
     def __init__(self, failures: dict[str, str]) -> None:
         listing = "; ".join(f"{m}: {e}" for m, e in failures.items())
         super().__init__(f"every candidate model failed ({listing})")
         self.failures = dict(failures)
 
-    def __reduce__(self):  # type: ignore[override]
-        return type(self), (self.failures,)
-
-
-class RunError(ClonefleetError):
-    """A clone run ended without completing."""
-
-
-class MaxTurnsExceeded(RunError):
-    """The run used up ``max_turns`` before calling ``exit_tool``."""
-
-
-class BudgetExceeded(RunError):
-    """The run used up its token budget."""
-
-
-class RunCancelled(RunError):
-    """The run was cancelled on request."""
-
-
-class InboxError(ClonefleetError):
-    """Base of inbox buffer errors."""
-
-
-class InboxClosed(InboxError):
-    """This side closed the inbox."""
-
-
-class InboxBroken(InboxError):
-    """The peer of the inbox is gone."""
-
-
-class InboxFull(InboxError):
-    """The inbox buffer is at ``max_buffer_size``."""
-
-
-class InboxEmpty(InboxError):
-    """Nothing is waiting in the inbox."""
-
 
 class ClusterError(ClonefleetError):
     """Ray could not be started, reached, or asked to place actors."""
-
-
-class CloneCrashed(ClusterError):
-    """The actor hosting a clone died; the clone's job ends failed/abnormal."""
-
-    def __init__(self, job_id: str, detail: str = "") -> None:
-        super().__init__(f"the actor hosting job {job_id} died{': ' + detail if detail else ''}")
-        self.job_id, self.detail = job_id, detail
-
-    def __reduce__(self):  # type: ignore[override]
-        return type(self), (self.job_id, self.detail)
 
 
 class ToolRetry(Exception):  # noqa: N818 - a signal, not an error of the tree

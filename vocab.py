@@ -8,7 +8,9 @@ the standard library, so every layer may import it (``docs/architecture.md``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
 __all__ = [
     "CLAUDE_TOOL_ALIASES",
@@ -27,7 +29,9 @@ __all__ = [
     "Outcome",
     "StopReason",
     "canonical_tool",
+    "run_record",
     "status_family",
+    "succeeded",
     "stop_error",
 ]
 
@@ -161,6 +165,14 @@ def stop_error(reason: StopReason, detail: str = "") -> str | None:
     return STOP_ERRORS[reason]
 
 
+def succeeded(record: Mapping[str, Any]) -> bool:
+    """Whether a run record or job status is a success: completed, with outcome ``success``.
+
+    The exit status of ``clonefleet run`` and ``jobs wait`` is 0 only when every job succeeded.
+    """
+    return record["status"] == JobState.COMPLETED and record["outcome"] == Outcome.SUCCESS
+
+
 RUN_RECORD_FIELDS: tuple[str, ...] = (
     "job_id",
     "batch_id",
@@ -180,6 +192,25 @@ RUN_RECORD_FIELDS: tuple[str, ...] = (
     "usage",
 )
 """The fields of one ``run --json`` record, in order (``docs/json.md``)."""
+
+
+def run_record(source: object, **overrides: Any) -> dict[str, Any]:
+    """The ``run --json`` record of anything with those attributes, ``overrides`` winning.
+
+    The one place the record is built: a clone's result, a job of the table and a crashed job's
+    record all go through it, so they cannot drift apart.
+    """
+    out = {
+        name: overrides[name] if name in overrides else getattr(source, name)
+        for name in RUN_RECORD_FIELDS
+    }
+    # Plain strings on the wire: enum members cost more to pickle and to decode.
+    for name in ("status", "stop_reason", "outcome"):
+        if out[name] is not None:
+            out[name] = str(out[name])
+    out["concerns"], out["warnings"] = list(out["concerns"]), list(out["warnings"])
+    out["usage"] = dict(out["usage"])
+    return out
 
 
 # -- events ---------------------------------------------------------------------------------------

@@ -7,14 +7,12 @@ Model providers (the model protocol, HTTP providers, the simulated model) live i
 
 from ._exit import ExitDecision as ExitDecision
 from ._exit import ExitJudge as ExitJudge
-from ._exit import Outcome as Outcome
 from ._exit import Verdict as Verdict
 from ._exit import classify as classify
 from ._exit import schema_errors as schema_errors
 from ._failover import Candidate as Candidate
 from ._failover import FailoverModel as FailoverModel
 from ._failover import backoff_s as backoff_s
-from ._host import FINAL_EVENT as FINAL_EVENT
 from ._host import HostCore as HostCore
 from ._host import crashed_result as crashed_result
 from ._jobtools import JobControl as JobControl
@@ -26,27 +24,19 @@ from ._sandbox import open_checked as open_checked
 from ._sandbox import open_inside as open_inside
 from ._spec import CloneSpec as CloneSpec
 from ._spec import RunResult as RunResult
-from ._spec import StopReason as StopReason
-from ._spec import run_record as run_record
-from ._spec import stop_error as stop_error
-from ._tools import BUILTIN_TOOLS as BUILTIN_TOOLS
-from ._tools import CLAUDE_ALIASES as CLAUDE_ALIASES
+from ._tools import WORK_TOOL_TABLE as WORK_TOOL_TABLE
 from ._tools import Tool as Tool
 from ._tools import ToolContext as ToolContext
 from ._tools import resolve_inside as resolve_inside
 from ._tools import tool_from_function as tool_from_function
 
 __all__ = [
-    "FINAL_EVENT",
     "job_tools",
     "open_checked",
     "schema_errors",
     "JobControl",
     "crashed_result",
-    "run_record",
     "BASE_PROMPT",
-    "BUILTIN_TOOLS",
-    "CLAUDE_ALIASES",
     "Candidate",
     "Clone",
     "CloneSpec",
@@ -54,17 +44,15 @@ __all__ = [
     "ExitJudge",
     "FailoverModel",
     "HostCore",
-    "Outcome",
     "ProviderPool",
     "RunResult",
-    "StopReason",
     "Tool",
+    "WORK_TOOL_TABLE",
     "ToolContext",
     "Verdict",
     "backoff_s",
     "classify",
     "open_inside",
     "resolve_inside",
-    "stop_error",
     "tool_from_function",
 ]

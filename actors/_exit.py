@@ -18,28 +18,16 @@ import referencing.exceptions
 import referencing.jsonschema
 
 from ..errors import DefinitionError
+from ..vocab import Outcome, status_family
 
 __all__ = [
     "ExitDecision",
     "ExitJudge",
-    "Outcome",
     "Verdict",
     "classify",
     "exit_validator",
     "schema_errors",
 ]
-
-_FAMILIES = {
-    **dict.fromkeys(("success", "ok", "done", "completed"), "success"),
-    **dict.fromkeys(("failure", "failed", "error"), "failure"),
-    **dict.fromkeys(("cancelled", "canceled", "cancel"), "cancelled"),
-}
-
-
-class Outcome(StrEnum):
-    SUCCESS = "success"
-    FAILURE = "failure"
-    CANCELLED = "cancelled"
 
 
 class Verdict(StrEnum):
@@ -76,15 +64,14 @@ def classify(payload: Any) -> Outcome | str:
             value = payload[key]
             if not isinstance(value, str):
                 return Outcome.SUCCESS
-            family = _FAMILIES.get(value.lower())
-            return Outcome(family) if family else value
+            return status_family(value) or value
     return Outcome.SUCCESS
 
 
 def _refuse_retrieval(uri: str) -> referencing.Resource[Any]:
     # jsonschema's default registry still fetches unknown `$ref` URIs over the network (with a
     # deprecation warning). An exit schema comes from a definition file: never reach out.
-    raise referencing.exceptions.NoSuchResource(ref=uri)
+    raise referencing.exceptions.NoSuchResource(ref=uri)  # type: ignore[call-arg]  # attrs class
 
 
 _LOCAL_ONLY: referencing.Registry[Any] = referencing.Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]

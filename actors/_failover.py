@@ -40,7 +40,7 @@ def backoff_s(
     """Delay before retry number ``attempt`` (0-based); ``Retry-After`` wins when given."""
     if retry_after_s is not None:
         return min(max(retry_after_s, 0.0), 60.0)
-    return min(base_s * (2**attempt), cap_s)
+    return min(base_s * 2.0**attempt, cap_s)
 
 
 OnFailover = Callable[[str, str, str], None]

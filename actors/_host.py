@@ -17,15 +17,16 @@ from typing import Any
 
 from ..config import Config
 from ..providers import SimScript
+from ..vocab import EventType, JobState, Outcome, StopReason, stop_error
 from ._jobtools import JobControl
 from ._loop import Clone
 from ._providers import ProviderPool
-from ._spec import CloneSpec, RunResult, StopReason, stop_error
+from ._spec import CloneSpec, RunResult
 
-__all__ = ["HostCore", "FINAL_EVENT"]
+__all__ = ["HostCore", "crashed_result"]
 
-FINAL_EVENT = "_final"
-"""Internal event type whose ``result`` is a finished job's ``RunResult.to_json()``."""
+_FINAL = str(EventType.FINAL)
+_FAILOVER = str(EventType.MODEL_FAILOVER)
 
 
 class HostCore:
@@ -36,8 +37,8 @@ class HostCore:
 
     Args:
         control: job control for clones whose definition allows spawning subagents.
-        max_buffer: events held between drains; past it, new non-final events are dropped and
-            counted in ``dropped`` (a job's final event is never dropped).
+        max_buffer: events held between drains; past it, new non-final events are dropped (a
+            job's final event never is).
     """
 
     def __init__(self, *, control: JobControl | None = None, max_buffer: int = 200_000) -> None:
@@ -48,12 +49,10 @@ class HostCore:
         self._events: list[dict[str, Any]] = []
         self._wakeup = asyncio.Event()
         self._max_buffer = max_buffer
-        self.dropped = 0
         self._cancelled_early: set[str] = set()
 
     def _push(self, job_id: str, event: dict[str, Any]) -> None:
-        if len(self._events) >= self._max_buffer and event["type"] != FINAL_EVENT:
-            self.dropped += 1
+        if len(self._events) >= self._max_buffer and event["type"] != _FINAL:
             return
         self._events.append({"job_id": job_id, "event": event})
         self._wakeup.set()
@@ -80,7 +79,7 @@ class HostCore:
                 # The cancel overtook the start (calls to an async actor are not ordered).
                 self._push(
                     spec.job_id,
-                    {"type": FINAL_EVENT, "ts": time.time(), "result": _cancelled(spec).to_json()},
+                    {"type": _FINAL, "ts": time.time(), "result": _cancelled(spec).to_json()},
                 )
                 continue
             self._tasks[spec.job_id] = asyncio.get_running_loop().create_task(
@@ -94,7 +93,7 @@ class HostCore:
         def on_failover(src: str, dst: str, reason: str) -> None:
             emit(
                 {
-                    "type": "model_failover",
+                    "type": _FAILOVER,
                     "ts": time.time(),
                     "from": src,
                     "to": dst,
@@ -114,7 +113,7 @@ class HostCore:
             result = _abnormal(spec, f"{type(exc).__name__}: {exc}")
         finally:
             self._clones.pop(spec.job_id, None)
-        emit({"type": FINAL_EVENT, "ts": time.time(), "result": result.to_json()})
+        emit({"type": _FINAL, "ts": time.time(), "result": result.to_json()})
         return result
 
     def cancel(self, job_ids: Sequence[str]) -> list[str]:
@@ -159,7 +158,7 @@ class HostCore:
 
 
 def _ended(
-    spec: CloneSpec, status: str, reason: StopReason, outcome: str, detail: str = ""
+    spec: CloneSpec, status: JobState, reason: StopReason, outcome: Outcome, detail: str = ""
 ) -> RunResult:
     return RunResult(
         job_id=spec.job_id,
@@ -176,20 +175,20 @@ def _ended(
 
 
 def _cancelled(spec: CloneSpec) -> RunResult:
-    return _ended(spec, "cancelled", StopReason.CANCELLED, "cancelled")
+    return _ended(spec, JobState.CANCELLED, StopReason.CANCELLED, Outcome.CANCELLED)
 
 
 def _abnormal(spec: CloneSpec, detail: str) -> RunResult:
-    return _ended(spec, "failed", StopReason.ABNORMAL, "failure", detail)
+    return _ended(spec, JobState.FAILED, StopReason.ABNORMAL, Outcome.FAILURE, detail)
 
 
 def crashed_result(spec_fields: dict[str, Any], detail: str) -> dict[str, Any]:
     """The ``run --json`` record of a job whose host died (used by the scheduler)."""
     return {
         **spec_fields,
-        "status": "failed",
+        "status": str(JobState.FAILED),
         "stop_reason": str(StopReason.ABNORMAL),
-        "outcome": "failure",
+        "outcome": str(Outcome.FAILURE),
         "result": None,
         "salvaged": False,
         "nonconforming": False,

@@ -19,10 +19,11 @@ import jsonschema
 
 from ..errors import AllModelsFailed, ModelError, ToolRetry
 from ..providers import Message, Model, ModelRequest, ModelResponse, Role, ToolCall, ToolSpec, Usage
-from ._exit import ExitJudge, Outcome, Verdict
-from ._jobtools import JOB_TOOL_NAMES, JobControl, job_tools
-from ._spec import CloneSpec, RunResult, StopReason, stop_error
-from ._tools import BUILTIN_TOOLS, CLAUDE_ALIASES, Tool, ToolContext
+from ..vocab import JOB_TOOLS, EventType, JobState, Outcome, StopReason, canonical_tool, stop_error
+from ._exit import ExitJudge, Verdict
+from ._jobtools import JobControl, job_tools
+from ._spec import CloneSpec, RunResult
+from ._tools import WORK_TOOL_TABLE, Tool, ToolContext
 
 __all__ = ["BASE_PROMPT", "Clone", "Emit"]
 
@@ -144,8 +145,8 @@ class Clone:
 
     # -- setup ---------------------------------------------------------------------------
     def _tool_table(self) -> dict[str, Tool]:
-        names = (CLAUDE_ALIASES.get(n, n) for n in self.spec.tools)
-        table = {name: BUILTIN_TOOLS[name] for name in names if name in BUILTIN_TOOLS}
+        names = (canonical_tool(n) for n in self.spec.tools)
+        table = {name: WORK_TOOL_TABLE[name] for name in names if name in WORK_TOOL_TABLE}
         table.update({t.name: t for t in self.spec.extra_tools})
         if self.spec.allow_subagent_spawn and self._control is not None:
             table.update(job_tools(self._control, self.spec.job_id))
@@ -156,7 +157,7 @@ class Clone:
             return set(self.tools)
         # Job-control tools are never deferred: a spawning subagent always sees them.
         return {n for n in self.spec.undeferred_tools if n in self.tools} | (
-            set(JOB_TOOL_NAMES) & set(self.tools)
+            set(JOB_TOOLS) & set(self.tools)
         )
 
     def _initial_messages(self) -> list[Message]:
@@ -173,8 +174,9 @@ class Clone:
         msgs.append(Message(role=Role.USER, content=self.spec.task, pinned=True))
         return msgs
 
-    def _emit(self, type_: str, **fields: Any) -> None:
-        self._emit_fn({"type": type_, "ts": time.time(), **fields})
+    def _emit(self, type_: EventType, **fields: Any) -> None:
+        # A plain string on the wire: an enum member costs more to pickle and to decode.
+        self._emit_fn({"type": str(type_), "ts": time.time(), **fields})
 
     def request_cancel(self) -> None:
         """Mark the coming cancellation as ours (so it ends ``cancelled``, not abnormal)."""
@@ -196,7 +198,7 @@ class Clone:
             the :class:`RunResult`; a run never raises for model or tool failures.
         """
         self._emit(
-            "started",
+            EventType.STARTED,
             agent=self.spec.agent,
             clone_index=self.spec.clone_index,
             model=self.model_name,
@@ -236,7 +238,7 @@ class Clone:
             return
         for delivery_id, text in await self._inbox():
             self.messages.append(Message(role=Role.USER, content=text))
-            self._emit("message_delivered", delivery_id=delivery_id)
+            self._emit(EventType.MESSAGE_DELIVERED, delivery_id=delivery_id)
 
     async def _call_model(self) -> ModelResponse:
         visible = [self.tools[n].spec for n in sorted(self._visible)]
@@ -266,12 +268,14 @@ class Clone:
         self.turns += 1
         self.usage = self.usage + response.usage
         self.model_name = response.model or before or self.model_name
-        self._emit("usage", turn=self.turns, model=self.model_name, **response.usage.to_json())
+        self._emit(
+            EventType.USAGE, turn=self.turns, model=self.model_name, **response.usage.to_json()
+        )
         self.messages.append(
             Message(role=Role.ASSISTANT, content=response.text, tool_calls=response.tool_calls)
         )
         if response.text:
-            self._emit("assistant", text=response.text[:2000])
+            self._emit(EventType.ASSISTANT, text=response.text[:2000])
         return response
 
     def _skill_spec(self) -> ToolSpec:
@@ -322,7 +326,7 @@ class Clone:
         return ending
 
     async def _run_one(self, call: ToolCall) -> Message:
-        self._emit("tool_call_start", tool=call.name, call_id=call.id)
+        self._emit(EventType.TOOL_CALL_START, tool=call.name, call_id=call.id)
         try:
             text, is_error = await self._dispatch(call), False
         except ToolRetry as exc:
@@ -331,7 +335,7 @@ class Clone:
             Exception
         ) as exc:  # a failing tool is the model's problem to work around, not the run's end
             text, is_error = f"Error: {type(exc).__name__}: {exc}", True
-        self._emit("tool_call_end", tool=call.name, call_id=call.id, is_error=is_error)
+        self._emit(EventType.TOOL_CALL_END, tool=call.name, call_id=call.id, is_error=is_error)
         if call.name != "exit_tool":
             self.judge.note_other_activity()
         return Message(
@@ -353,13 +357,13 @@ class Clone:
         if tool is None or call.name not in self._visible:
             hint = " (it is deferred: load it with tool_search)" if tool is not None else ""
             raise ToolRetry(f"unknown tool {call.name!r}{hint}")
-        if call.name in BUILTIN_TOOLS:
+        if call.name in WORK_TOOL_TABLE:
             _check_arguments(tool, call.arguments)
         return await tool.run(call.arguments, ToolContext(root=Path(self.spec.cwd)))
 
     def _progress(self, args: dict[str, Any]) -> str:
         self.progress = dict(args)
-        self._emit("progress", progress=self.progress)
+        self._emit(EventType.PROGRESS, progress=self.progress)
         return "progress recorded"
 
     def _tool_search(self, query: str) -> str:
@@ -398,7 +402,7 @@ class Clone:
         return f"[skill {name}]\n{body}"
 
     def _exit_call(self, call: ToolCall) -> tuple[Message, _Ending | None]:
-        self._emit("tool_call_start", tool="exit_tool", call_id=call.id)
+        self._emit(EventType.TOOL_CALL_START, tool="exit_tool", call_id=call.id)
         decision = self.judge.judge(call.arguments)
         ending: _Ending | None = None
         if decision.verdict is Verdict.ACCEPT:
@@ -410,7 +414,7 @@ class Clone:
         elif decision.verdict is Verdict.BREAK:
             ending = _Ending(StopReason.ABNORMAL, detail=decision.error or "no progress")
         is_error = decision.verdict in (Verdict.RETRY, Verdict.BREAK)
-        self._emit("tool_call_end", tool="exit_tool", call_id=call.id, is_error=is_error)
+        self._emit(EventType.TOOL_CALL_END, tool="exit_tool", call_id=call.id, is_error=is_error)
         text = decision.error if is_error else "accepted"
         return Message(
             role=Role.TOOL,
@@ -428,7 +432,7 @@ class Clone:
 
     def _budget_check(self) -> _Ending | None:
         if self.turns >= self.spec.max_turns:
-            return _Ending(StopReason.TOKEN_LIMIT, detail=f"max_turns {self.spec.max_turns}")
+            return _Ending(StopReason.MAX_TURNS, detail=f"max_turns {self.spec.max_turns}")
         if self.spec.max_tokens is not None and self.usage.total_tokens >= self.spec.max_tokens:
             return _Ending(StopReason.TOKEN_LIMIT, detail=f"token budget {self.spec.max_tokens}")
         return None
@@ -475,15 +479,16 @@ class Clone:
                 )
             )
         self.messages = pinned + extra + keep
-        self._emit("compaction", dropped=len(dropped), tokens=self.context_tokens())
+        self._emit(EventType.COMPACTION, dropped=len(dropped), tokens=self.context_tokens())
 
     # -- ending --------------------------------------------------------------------------
     def _finish(self, ending: _Ending) -> RunResult:
         reason = ending.reason
         completed = reason is StopReason.COMPLETED
-        status = {StopReason.COMPLETED: "completed", StopReason.CANCELLED: "cancelled"}.get(
-            reason, "failed"
-        )
+        status = {
+            StopReason.COMPLETED: JobState.COMPLETED,
+            StopReason.CANCELLED: JobState.CANCELLED,
+        }.get(reason, JobState.FAILED)
         outcome = (
             ending.outcome
             if completed
@@ -511,9 +516,9 @@ class Clone:
             usage=self.usage.to_json(),
         )
         if not completed and ending.detail:
-            self._emit("error", stop_reason=str(reason), detail=ending.detail[:2000])
+            self._emit(EventType.ERROR, stop_reason=str(reason), detail=ending.detail[:2000])
         self._emit(
-            "result",
+            EventType.RESULT,
             **{
                 k: v
                 for k, v in result.to_json().items()

@@ -72,5 +72,5 @@ class ProviderPool:
         for close in closers:
             result = close()
             if hasattr(result, "__await__"):
-                await result  # type: ignore[misc]
+                await result
         self._models.clear()

@@ -7,74 +7,12 @@ the fully rendered launch metadata of one clone; retries and failover never re-r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-from ..config import Config
-from ..providers import SimScript
+from ..vocab import StopReason, run_record
 from ._tools import Tool
 
-__all__ = ["RUN_RECORD_FIELDS", "CloneSpec", "RunResult", "StopReason", "STOP_ERRORS", "run_record"]
-
-RUN_RECORD_FIELDS = (
-    "job_id",
-    "batch_id",
-    "agent",
-    "clone_index",
-    "status",
-    "stop_reason",
-    "outcome",
-    "result",
-    "salvaged",
-    "nonconforming",
-    "concerns",
-    "warnings",
-    "error",
-    "model",
-    "turns",
-    "usage",
-)
-"""The fields of one ``run --json`` object, in order (SPEC §7)."""
-
-
-def run_record(source: Any, **overrides: Any) -> dict[str, Any]:
-    """The ``run --json`` object read off any object with those attributes."""
-    out = {
-        name: overrides[name] if name in overrides else getattr(source, name)
-        for name in RUN_RECORD_FIELDS
-    }
-    out["concerns"], out["warnings"], out["usage"] = (
-        list(out["concerns"]),
-        list(out["warnings"]),
-        dict(out["usage"]),
-    )
-    return out
-
-
-class StopReason(StrEnum):
-    COMPLETED = "completed"
-    CANCELLED = "cancelled"
-    FAILED = "failed"
-    TOKEN_LIMIT = "token_limit"
-    DECLINED = "declined"
-    ABNORMAL = "abnormal"
-
-
-STOP_ERRORS = {
-    StopReason.CANCELLED: "Error: subagent run was cancelled",
-    StopReason.FAILED: "Error: subagent run failed",
-    StopReason.TOKEN_LIMIT: "Error: subagent run hit its token limit before finishing",
-    StopReason.DECLINED: "Error: subagent declined the task",
-}
-
-
-def stop_error(reason: StopReason, detail: str = "") -> str | None:
-    """The exact caller-facing error text of SPEC §3 (``None`` for a completed run)."""
-    if reason is StopReason.COMPLETED:
-        return None
-    if reason is StopReason.ABNORMAL:
-        return f"Error: subagent run ended abnormally ({detail or 'unknown'})"
-    return STOP_ERRORS[reason]
+__all__ = ["CloneSpec", "RunResult"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,8 +49,6 @@ class CloneSpec:
     context_budget_tokens: int = 100_000
     """When the context estimate passes this, older turns are compacted."""
     cwd: str = "."
-    config: Config = field(default_factory=Config)
-    sim_script: SimScript | None = None
     warnings: tuple[str, ...] = ()
     parent: str | None = None
     """Job id of the spawning clone, for nested spawns."""
@@ -149,4 +85,4 @@ class RunResult:
     )
 
     def to_json(self) -> dict[str, Any]:
-        return run_record(self, status=self.status, stop_reason=str(self.stop_reason))
+        return run_record(self)

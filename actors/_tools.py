@@ -29,26 +29,17 @@ import pydantic
 
 from ..errors import ToolRetry
 from ..providers import ToolSpec
+from ..vocab import WORK_TOOLS
 from ._sandbox import open_checked, open_inside, resolve_inside
 
 __all__ = [
-    "BUILTIN_TOOLS",
-    "CLAUDE_ALIASES",
+    "WORK_TOOL_TABLE",
     "Tool",
     "ToolContext",
     "resolve_inside",
     "tool_from_function",
 ]
 
-CLAUDE_ALIASES = {
-    "Read": "file_read",
-    "Write": "file_write",
-    "Edit": "file_edit",
-    "LS": "list_dir",
-    "Glob": "glob",
-    "Grep": "grep",
-    "Bash": "shell",
-}
 _MAX_OUTPUT = 64 * 1024
 _MAX_ENTRIES = 1000
 _MAX_HITS = 500
@@ -273,7 +264,7 @@ _GREP = {
     "include": _s("file-name glob, e.g. *.py"),
     "path": _DIR,
 }
-BUILTIN_TOOLS: dict[str, Tool] = {
+_TABLE: dict[str, Tool] = {
     t.name: t
     for t in (
         Tool(
@@ -339,6 +330,8 @@ BUILTIN_TOOLS: dict[str, Tool] = {
         ),
     )
 }
+WORK_TOOL_TABLE: dict[str, Tool] = {name: _TABLE[name] for name in WORK_TOOLS}
+"""The implementation of each work tool of :data:`clonefleet.vocab.WORK_TOOLS`, by name."""
 
 
 # -- Python functions as tools --------------------------------------------------------------------

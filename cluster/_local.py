@@ -54,6 +54,8 @@ def read_state() -> dict[str, Any] | None:
         state = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    if not isinstance(state, dict):
+        return None
     if not _alive(int(state.get("pid", 0))):
         path.unlink(missing_ok=True)
         return None

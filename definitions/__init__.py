@@ -15,13 +15,8 @@ from ._catalog import load_catalog as load_catalog
 from ._catalog import load_directory as load_directory
 from ._catalog import load_file as load_file
 from ._catalog import subagent_search_path as subagent_search_path
-from ._model import BUILTIN_TOOLS as BUILTIN_TOOLS
-from ._model import CLAUDE_TOOL_ALIASES as CLAUDE_TOOL_ALIASES
-from ._model import CONTROL_TOOLS as CONTROL_TOOLS
 from ._model import DEFAULT_EXIT_SCHEMA as DEFAULT_EXIT_SCHEMA
 from ._model import RESERVED_NAME as RESERVED_NAME
-from ._model import SPAWN_TOOLS as SPAWN_TOOLS
-from ._model import STATUS_FAMILIES as STATUS_FAMILIES
 from ._model import Definition as Definition
 from ._model import Dialect as Dialect
 from ._model import InjectedSkill as InjectedSkill
@@ -47,14 +42,9 @@ from ._skills import resolve_skill_refs as resolve_skill_refs
 from ._skills import skill_allowed as skill_allowed
 
 __all__ = [
-    "BUILTIN_TOOLS",
-    "CLAUDE_TOOL_ALIASES",
-    "CONTROL_TOOLS",
     "DEFAULT_EXIT_SCHEMA",
     "RESERVED_NAME",
     "SHIPPED_DIR",
-    "SPAWN_TOOLS",
-    "STATUS_FAMILIES",
     "AgentDefinition",
     "Catalog",
     "CloneInfo",

@@ -1,8 +1,8 @@
 """Value objects of the definitions layer: dialects, the loaded :class:`Definition`, load reports.
 
-This module only declares data and the tool/status vocabularies the loader checks against; it
-reads no files and renders nothing. Every class here is defined at module level, frozen and
-keyword-only, so it pickles across Ray process boundaries.
+This module only declares data; it reads no files and renders nothing (the tool and status words
+the loader checks against are in ``clonefleet.vocab``). Every class here is defined at module
+level, frozen and keyword-only, so it pickles across Ray process boundaries.
 """
 
 from __future__ import annotations
@@ -13,14 +13,8 @@ from enum import StrEnum
 from typing import Any
 
 __all__ = [
-    "BUILTIN_TOOLS",
-    "CLAUDE_TOOL_ALIASES",
-    "CONTROL_TOOLS",
     "DEFAULT_EXIT_SCHEMA",
-    "KNOWN_TOOLS",
     "RESERVED_NAME",
-    "SPAWN_TOOLS",
-    "STATUS_FAMILIES",
     "Definition",
     "Dialect",
     "InjectedSkill",
@@ -32,55 +26,6 @@ __all__ = [
 
 RESERVED_NAME = "_default"
 """The built-in general-purpose definition; no file, config entry or registration replaces it."""
-
-BUILTIN_TOOLS: tuple[str, ...] = (
-    "file_read",
-    "file_write",
-    "file_edit",
-    "list_dir",
-    "glob",
-    "grep",
-    "shell",
-)
-"""Work tools every clone host provides (SPEC §3)."""
-
-CONTROL_TOOLS: tuple[str, ...] = ("exit_tool", "progress_update", "tool_search", "skill")
-"""Tools every subagent gets whether or not its definition lists them."""
-
-SPAWN_TOOLS: tuple[str, ...] = (
-    "subagent",
-    "job_status",
-    "job_result",
-    "job_cancel",
-    "job_block",
-    "list_jobs",
-    "message_subagent",
-)
-"""Tools a subagent gets only with ``allow_subagent_spawn: true``."""
-
-KNOWN_TOOLS: frozenset[str] = frozenset(
-    BUILTIN_TOOLS + CONTROL_TOOLS + SPAWN_TOOLS + ("switch_facet",)
-)
-"""Every tool name the loader recognises without a warning (``switch_facet`` only to reject it)."""
-
-CLAUDE_TOOL_ALIASES: dict[str, str] = {
-    "Read": "file_read",
-    "Write": "file_write",
-    "Edit": "file_edit",
-    "MultiEdit": "file_edit",
-    "LS": "list_dir",
-    "Glob": "glob",
-    "Grep": "grep",
-    "Bash": "shell",
-}
-"""Claude Code tool names and the built-in tools they mean."""
-
-STATUS_FAMILIES: dict[str, frozenset[str]] = {
-    "success": frozenset({"success", "ok", "done", "completed"}),
-    "failure": frozenset({"failure", "failed", "error"}),
-    "cancelled": frozenset({"cancelled", "canceled", "cancel"}),
-}
-"""Recognised exit status strings (lower-cased) per outcome (SPEC §2.6)."""
 
 DEFAULT_EXIT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -103,7 +48,7 @@ class Dialect(StrEnum):
 
 
 class LoadReason(StrEnum):
-    """Structured reason of a per-file load failure (SPEC §2.2)."""
+    """Structured reason of a per-file load failure (``docs/definitions.md``)."""
 
     MISSING_FRONTMATTER = "missing-frontmatter"
     INVALID_FRONTMATTER = "invalid-frontmatter"
@@ -176,7 +121,7 @@ class Definition:
 
     @property
     def declares_exit_schema(self) -> bool:
-        """True when the definition declared ``exit_tool_schema`` explicitly (SPEC §2.6 warning)."""
+        """True when the definition declared ``exit_tool_schema`` explicitly."""
         return self.exit_tool_schema is not None
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from ..errors import (
     ModelBehaviorError,
 )
+from ._openai import clone_user
 from ._transport import HTTPProvider, summarize_body, token_count
 from ._types import Message, ModelRequest, ModelResponse, Role, ToolCall, Usage
 
@@ -30,7 +31,9 @@ class AnthropicModel:
     """A model behind the Anthropic Messages API (``POST /v1/messages``).
 
     System messages become the top-level ``system`` prompt; tool calls and results travel as
-    ``tool_use``/``tool_result`` blocks; ``stop_reason: "refusal"`` is a refusal.
+    ``tool_use``/``tool_result`` blocks; ``stop_reason: "refusal"`` is a refusal. The clone's
+    identity is sent as ``metadata.user_id`` (``"<batch_id>/<clone_index>"``), which the
+    simulated server uses to pick the clone's script.
     """
 
     def __init__(
@@ -86,6 +89,9 @@ def anthropic_payload(
             {"name": t.name, "description": t.description, "input_schema": t.parameters}
             for t in req.tools
         ]
+    user = clone_user(req.metadata)
+    if user is not None:
+        payload["metadata"] = {"user_id": user}
     return payload
 
 
@@ -137,7 +143,8 @@ def anthropic_response(data: dict[str, Any], model: str = "") -> ModelResponse:
                     arguments=block["input"],
                 )
             )
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    raw_usage = data.get("usage")
+    usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
     input_tokens = sum(
         token_count(usage.get(k))
         for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")

@@ -55,21 +55,25 @@ def build_provider(
     base_url = _check_base_url(cfg.base_url or ANTHROPIC_BASE_URL, config_path, f"{where}.base_url")
     key_env = cfg.api_key_env or ("ANTHROPIC_API_KEY" if cfg.kind == "anthropic" else None)
     key = _read_key(name, key_env, config_path, f"{where}.api_key_env") if key_env else None
-    common = {
-        "name": name,
-        "secrets": (key,) if key else (),
-        "timeout_s": cfg.timeout_s,
-        "max_connections": cfg.max_connections,
-    }
+
+    def provider(headers: dict[str, str]) -> HTTPProvider:
+        return HTTPProvider(
+            name=name,
+            base_url=base_url,
+            headers=headers,
+            secrets=(key,) if key else (),
+            timeout_s=cfg.timeout_s,
+            max_connections=cfg.max_connections,
+            transport=transport,
+        )
+
     if cfg.kind == "openai":
-        headers = {"authorization": f"Bearer {key}"} if key else {}
-        provider = HTTPProvider(base_url=base_url, headers=headers, transport=transport, **common)
-        return OpenAIModel(provider), provider.aclose
+        openai = provider({"authorization": f"Bearer {key}"} if key else {})
+        return OpenAIModel(openai), openai.aclose
     if not httpx.URL(base_url).path.rstrip("/").endswith("/v1"):
         base_url = base_url.rstrip("/") + "/v1"
-    headers = {"x-api-key": key or "", "anthropic-version": ANTHROPIC_VERSION}
-    provider = HTTPProvider(base_url=base_url, headers=headers, transport=transport, **common)
-    return AnthropicModel(provider), provider.aclose
+    anthropic = provider({"x-api-key": key or "", "anthropic-version": ANTHROPIC_VERSION})
+    return AnthropicModel(anthropic), anthropic.aclose
 
 
 def _check_base_url(url: str, config_path: str | None, key: str) -> str:

@@ -125,7 +125,8 @@ def openai_response(data: dict[str, Any], model: str = "") -> ModelResponse:
     if not isinstance(raw_calls, list):
         raise ModelBehaviorError("`tool_calls` is not a list")
     calls = tuple(_openai_call(i, c) for i, c in enumerate(raw_calls))
-    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    raw_usage = data.get("usage")
+    usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
     return ModelResponse(
         text=text,
         tool_calls=calls,

@@ -18,11 +18,11 @@ from typing import Any
 import yaml
 
 from ..errors import ConfigError, ModelBehaviorError, ModelHTTPError, ModelTimeout
+from ..vocab import Outcome, status_family
 from ._types import ModelRequest, ModelResponse, Role, ToolCall, Usage
 
 __all__ = ["SimBrain", "SimScript", "SimStep", "SimulatedModel", "instance_from_schema"]
 
-_SUCCESS_WORDS = ("success", "ok", "done", "completed")
 _STEP_KEYS = {
     "tool",
     "args",
@@ -180,7 +180,7 @@ def instance_from_schema(schema: dict[str, Any], summary: str) -> Any:
         return schema["const"]
     if "enum" in schema:
         for value in schema["enum"]:
-            if isinstance(value, str) and value.lower() in _SUCCESS_WORDS:
+            if isinstance(value, str) and status_family(value) is Outcome.SUCCESS:
                 return value
         return schema["enum"][0]
     for combo in ("oneOf", "anyOf", "allOf"):

@@ -72,8 +72,6 @@ def parse_retry_after(
         when = email.utils.parsedate_to_datetime(raw.strip())
     except (TypeError, ValueError, IndexError):
         return None
-    if when is None:
-        return None
     return max(when.timestamp() - now(), 0.0)
 
 

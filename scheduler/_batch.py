@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..actors import BUILTIN_TOOLS, CLAUDE_ALIASES, CloneSpec
+from ..actors import CloneSpec
+from ..vocab import WORK_TOOLS, canonical_tool
 from ..config import Config
 from ..definitions import (
     DEFAULT_EXIT_SCHEMA,
@@ -73,17 +74,17 @@ def resolve_tools(defn: Definition, caller_tools: Sequence[str] | None = None) -
     at the command line is a caller with every built-in tool.
     """
     caller = (
-        list(BUILTIN_TOOLS)
+        list(WORK_TOOLS)
         if caller_tools is None
         else [t for t in caller_tools if t != "switch_facet"]
     )
-    names = caller if defn.tools is None else [CLAUDE_ALIASES.get(t, t) for t in defn.tools]
+    names = caller if defn.tools is None else [canonical_tool(t) for t in defn.tools]
     if "tag!ALL" in names:
-        names = list(BUILTIN_TOOLS)
+        names = list(WORK_TOOLS)
     if defn.inherit_tools:
         names = names + caller
     deny = set(defn.tools_deny)
-    return tuple(n for n in dict.fromkeys(names) if n in BUILTIN_TOOLS and n not in deny)
+    return tuple(n for n in dict.fromkeys(names) if n in WORK_TOOLS and n not in deny)
 
 
 def _launch_dir(req: BatchRequest, caller_cwd: Path) -> Path:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..actors import FINAL_EVENT, CloneSpec, JobControl, crashed_result
+from ..actors import CloneSpec, JobControl, crashed_result
+from ..vocab import EventType
 from ..config import Config
 from ..definitions import Catalog, SkillCatalog
 from ..errors import ClusterError, IdCollision, UnknownJobError, UsageError
@@ -381,7 +382,7 @@ class SchedulerCore:
         if rec is None or rec.is_terminal:
             return
         kind = event["type"]
-        if kind == FINAL_EVENT:
+        if kind == EventType.FINAL:
             self._finish(rec, event["result"])
             return
         if kind == "result":

@@ -10,11 +10,10 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-from ..actors import run_record
 from ..errors import UsageError
+from ..vocab import JobState, run_record
 
 __all__ = [
     "TERMINAL",
@@ -25,14 +24,6 @@ __all__ = [
     "new_batch_id",
     "new_job_id",
 ]
-
-
-class JobState(StrEnum):
-    RESERVED = "reserved"
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
 
 
 TERMINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
@@ -115,20 +106,15 @@ class JobRecord:
             self.ended_at = now
 
     def finish(self, result: dict[str, Any]) -> None:
-        """Record a final ``RunResult`` (as JSON) and move to its terminal state."""
+        """Record a final run record (a ``RunResult`` as JSON, or one the scheduler made) and
+        move to its terminal state; a field the record leaves out keeps its value."""
         self.move(JobState(result["status"]))
-        for key in (
-            "outcome",
-            "stop_reason",
-            "result",
-            "error",
-            "salvaged",
-            "nonconforming",
-            "turns",
-        ):
-            setattr(self, key, result.get(key))
+        for key in ("outcome", "stop_reason", "result", "error", "salvaged", "nonconforming"):
+            if key in result:
+                setattr(self, key, result[key])
+        self.turns = result.get("turns", self.turns)
         self.concerns = list(result.get("concerns") or [])
-        self.warnings = list(result.get("warnings") or [])
+        self.warnings = list(result.get("warnings") or self.warnings)
         self.usage = dict(result.get("usage") or self.usage)
         self.model = result.get("model") or self.model
 
@@ -161,6 +147,7 @@ class JobRecord:
             "ended_at": self.ended_at,
         }
 
-    def run_record(self) -> dict[str, Any]:
-        """The ``run --json`` object of SPEC §7 (meaningful once terminal)."""
-        return run_record(self, status=str(self.state))
+    def run_record(self, **overrides: Any) -> dict[str, Any]:
+        """The job's ``run --json`` record (meaningful once terminal; ``docs/json.md``), with
+        ``overrides`` in place of the job's own fields."""
+        return run_record(self, **{"status": self.state, **overrides})

@@ -149,7 +149,7 @@ def test_scripted_batch_ends_each_clone_as_its_script_says(tmp_path):
     assert declined["error"] == "Error: subagent declined the task" and declined["result"] is None
 
     limit = by[5]
-    assert (limit["stop_reason"], limit["turns"], limit["result"]) == ("token_limit", 4, None)
+    assert (limit["stop_reason"], limit["turns"], limit["result"]) == ("max_turns", 4, None)
     assert limit["error"] == "Error: subagent run hit its token limit before finishing"
 
     default = by[6]  # no script of its own: progress, then an exit payload that fits the schema

@@ -11,10 +11,11 @@ import pickle
 import pytest
 from aiohttp import web
 
-from clonefleet.actors import FINAL_EVENT, HostCore
+from clonefleet.actors import HostCore
 from clonefleet.config import Config
 from clonefleet.providers import set_live_requests_allowed
 from clonefleet.testing import make_spec
+from clonefleet.vocab import EventType
 
 pytestmark = pytest.mark.timeout(30)
 CANARY = "sk-canary-0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a"
@@ -75,12 +76,12 @@ async def test_canary_key_stays_out_of_a_failing_run(echo_server, monkeypatch, c
         host.start([make_spec(candidates=("ma", "mb"), config=config)], config)
         events: list[dict] = []
         async with asyncio.timeout(20):
-            while not any(e["event"]["type"] == FINAL_EVENT for e in events):
+            while not any(e["event"]["type"] == EventType.FINAL for e in events):
                 events += await host.drain(wait_s=1.0)
     finally:
         await host.aclose()
         set_live_requests_allowed(previous)
-    record = next(e["event"]["result"] for e in events if e["event"]["type"] == FINAL_EVENT)
+    record = next(e["event"]["result"] for e in events if e["event"]["type"] == EventType.FINAL)
     assert record["status"] == "failed" and record["error"] == "Error: subagent run failed"
     failover = [e["event"] for e in events if e["event"]["type"] == "model_failover"]
     assert [(f["from"], f["to"]) for f in failover] == [("ma", "mb")] and "401" in failover[0][

@@ -11,13 +11,12 @@ import pytest
 from clonefleet.actors import (
     Clone,
     ExitJudge,
-    Outcome,
-    StopReason,
     Verdict,
     classify,
     schema_errors,
 )
 from clonefleet.errors import DefinitionError
+from clonefleet.vocab import Outcome, StopReason
 from clonefleet.testing import ScriptedModel, call, make_spec, reply
 
 pytestmark = pytest.mark.timeout(20)

@@ -9,9 +9,10 @@ from typing import Literal
 
 import pytest
 
-from clonefleet.actors import Clone, StopReason, ToolContext, tool_from_function
+from clonefleet.actors import Clone, ToolContext, tool_from_function
 from clonefleet.providers import ToolCall
 from clonefleet.testing import FunctionModel, ScriptedModel, call, make_spec, reply
+from clonefleet.vocab import StopReason
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from clonefleet.actors import BUILTIN_TOOLS, ToolContext, open_checked, open_inside, resolve_inside
+from clonefleet.actors import (
+    WORK_TOOL_TABLE,
+    ToolContext,
+    open_checked,
+    open_inside,
+    resolve_inside,
+)
 from clonefleet.errors import ToolRetry
 
 pytestmark = pytest.mark.timeout(20)
@@ -28,7 +34,7 @@ def tree(tmp_path: Path) -> tuple[Path, Path]:
 
 
 async def run(tool: str, root: Path, **args: object) -> str:
-    return await BUILTIN_TOOLS[tool].run(dict(args), ToolContext(root=root))
+    return await WORK_TOOL_TABLE[tool].run(dict(args), ToolContext(root=root))
 
 
 # -- the check ---------------------------------------------------------------------------------
@@ -215,7 +221,7 @@ async def test_shell_timeout_kills_the_command_and_its_children(tree, tmp_path):
     pidfile = tmp_path / "child.pid"
     command = f"sleep 30 & echo $! > {pidfile}; wait"
     with pytest.raises(ToolRetry, match="timed out"):
-        await BUILTIN_TOOLS["shell"].run(
+        await WORK_TOOL_TABLE["shell"].run(
             {"command": command}, ToolContext(root=root, shell_timeout_s=0.3)
         )
     pid = int(pidfile.read_text())

@@ -24,17 +24,7 @@ SAMPLES = [
     errors.ModelTimeout("deadline passed"),
     errors.ModelBehaviorError("not json"),
     errors.AllModelsFailed({"a": "HTTP 503", "b": "timeout"}),
-    errors.RunError("ended"),
-    errors.MaxTurnsExceeded("10 turns"),
-    errors.BudgetExceeded("1000 tokens"),
-    errors.RunCancelled("cancelled"),
-    errors.InboxError("inbox"),
-    errors.InboxClosed("closed"),
-    errors.InboxBroken("broken"),
-    errors.InboxFull("full"),
-    errors.InboxEmpty("empty"),
     errors.ClusterError("no ray"),
-    errors.CloneCrashed("sa_deadbeef", "killed"),
 ]
 
 

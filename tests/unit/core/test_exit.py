@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from clonefleet.actors import ExitJudge, Outcome, Verdict, classify
+from clonefleet.actors import ExitJudge, Verdict, classify
+from clonefleet.vocab import Outcome
 
 DEFAULT = {
     "type": "object",

@@ -6,9 +6,10 @@ import asyncio
 
 import pytest
 
-from clonefleet.actors import Clone, StopReason, tool_from_function
+from clonefleet.actors import Clone, tool_from_function
 from clonefleet.errors import AllModelsFailed
 from clonefleet.testing import FunctionModel, ScriptedModel, call, make_spec, reply
+from clonefleet.vocab import StopReason
 
 
 def collect():
@@ -105,10 +106,10 @@ async def test_identical_failing_exit_calls_trip_breaker_and_are_never_salvaged(
     assert result.error.startswith("Error: subagent run ended abnormally (no progress")
 
 
-async def test_max_turns_ends_with_token_limit_text():
+async def test_max_turns_ends_with_max_turns_reason_and_token_limit_text():
     model = FunctionModel(lambda req: reply("", call("progress_update", summary="again")))
     result = await Clone(make_spec(max_turns=3), model).run()
-    assert result.stop_reason is StopReason.TOKEN_LIMIT and result.turns == 3
+    assert result.stop_reason is StopReason.MAX_TURNS and result.turns == 3
     assert result.error == "Error: subagent run hit its token limit before finishing"
     assert result.result is None
 

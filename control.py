@@ -1,0 +1,221 @@
+"""The job-control API, declared once: :class:`JobControl`.
+
+Everyone who controls jobs speaks this protocol: the scheduler core implements it, the scheduler
+actor and a clone's actor-backed control forward it over Ray, :class:`~clonefleet.Fleet` offers
+its synchronous twin (same names and parameters), and each job tool of a spawning clone calls one
+of its methods (``docs/architecture.md``). This module imports nothing but the standard library,
+so every layer may import it.
+
+Ids: a job id is ``sa_`` + 8 hex digits, a batch id ``b_`` + 8 hex digits. Methods taking
+``ids`` accept both; a batch id stands for every job of the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, TypedDict
+
+__all__ = [
+    "BlockResult",
+    "Capacity",
+    "EventPage",
+    "JobControl",
+    "JobListing",
+    "JobStatus",
+    "RunRecord",
+    "Submitted",
+]
+
+JobStatus = dict[str, Any]
+"""A job's status view: ids, ``status``, ``outcome``, ``model``, ``turns``, ``usage``,
+``progress``, ``parent``, placement and timestamps (``docs/json.md``)."""
+
+RunRecord = dict[str, Any]
+"""A finished job's ``run --json`` record: the fields of
+:data:`clonefleet.vocab.RUN_RECORD_FIELDS`, in that order."""
+
+
+class Submitted(TypedDict):
+    """A batch that was accepted: its id and one job id per clone, in clone order."""
+
+    batch_id: str
+    job_ids: list[str]
+
+
+class BlockResult(TypedDict):
+    """The outcome of waiting on jobs."""
+
+    done: bool
+    """Every job has reached a terminal state."""
+    jobs: list[JobStatus]
+    """The status of each job waited on, in the order asked (batch ids expanded)."""
+
+
+class Capacity(TypedDict):
+    """Slots of the fleet: jobs running, the fleet-wide cap (``None`` = none) and jobs queued."""
+
+    running: int
+    max_concurrency: int | None
+    queued: int
+
+
+class JobListing(TypedDict):
+    """The jobs that matched a listing, and the fleet's capacity."""
+
+    jobs: list[JobStatus]
+    capacity: Capacity
+
+
+class EventPage(TypedDict):
+    """Events after a cursor, and the cursor to read on from."""
+
+    events: list[dict[str, Any]]
+    """``subagent_event`` envelopes; a descendant's event arrives wrapped once per ancestor."""
+    cursor: int
+
+
+class JobControl(Protocol):
+    """What may be asked of the scheduler about jobs.
+
+    Every method may also raise :class:`~clonefleet.errors.ClusterError` when it crosses Ray and
+    the scheduler cannot be reached.
+    """
+
+    async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> Submitted:
+        """Start a batch on behalf of a running clone (the ``subagent`` tool).
+
+        The child batch inherits its parent batch's config, simulation script and definitions;
+        its launch directory defaults to the parent's and may not leave it.
+
+        Args:
+            request: the ``subagent`` tool's arguments: ``prompt``, ``subagent_type``
+                (default ``_default``), ``count``, ``model_override``, ``cwd``.
+            parent_job_id: the spawning job; it must be running.
+
+        Returns:
+            The new batch's id and job ids.
+
+        Raises:
+            UnknownJobError: no such parent job.
+            UsageError: parent not running, depth past ``limits.max_depth``, bad count or cwd.
+            DefinitionError: unknown agent or render failure (nothing started).
+        """
+        ...
+
+    async def job_status(self, job_id: str) -> JobStatus:
+        """A job's current status.
+
+        Raises:
+            UnknownJobError: no such job.
+        """
+        ...
+
+    async def job_result(self, job_id: str) -> RunRecord:
+        """A finished job's ``run --json`` record.
+
+        Raises:
+            UnknownJobError: no such job.
+            UsageError: the job has not finished yet.
+        """
+        ...
+
+    async def job_cancel(self, job_id: str) -> JobStatus:
+        """Cancel a job and its descendants; idempotent.
+
+        Returns:
+            The job's status right after the request (a running job ends once its clone stops).
+
+        Raises:
+            UnknownJobError: no such job.
+        """
+        ...
+
+    async def cancel_many(self, ids: Sequence[str]) -> int:
+        """Cancel jobs (or batches' jobs) and all their descendants; idempotent.
+
+        Queued jobs end ``cancelled`` at once; running ones end once their clones stop.
+
+        Returns:
+            How many of the jobs were still running.
+
+        Raises:
+            UnknownJobError: an id names no job or batch.
+        """
+        ...
+
+    async def job_block(
+        self,
+        job_ids: Sequence[str],
+        wait_seconds: float | None = None,
+        timeout_seconds: float | None = None,
+    ) -> BlockResult:
+        """Wait until every job (or batch's job) is terminal, or the time is up.
+
+        Args:
+            job_ids: job or batch ids.
+            wait_seconds: wait at most this long (a poll slice).
+            timeout_seconds: wait at most this long; the shorter of the two wins, and without
+                either the wait ends after an hour.
+
+        Raises:
+            UnknownJobError: an id names no job or batch.
+        """
+        ...
+
+    async def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
+        """How many of the jobs (or batches' jobs) have not ended, after waiting up to
+        ``wait_seconds`` for them to.
+
+        Raises:
+            UnknownJobError: an id names no job or batch.
+        """
+        ...
+
+    async def list_jobs(
+        self,
+        *,
+        status: str | None = None,
+        batch: str | None = None,
+        agent: str | None = None,
+        parent: str | None = None,
+    ) -> JobListing:
+        """Jobs matching every filter given, with the fleet's capacity.
+
+        Args:
+            status: a :class:`~clonefleet.vocab.JobState` value.
+            batch: a batch id.
+            agent: a definition name.
+            parent: the job id of the spawning job.
+        """
+        ...
+
+    async def expand(self, ids: Sequence[str]) -> list[str]:
+        """Job ids, with each batch id replaced by its jobs' ids (in clone order).
+
+        Raises:
+            UnknownJobError: an id names no job or batch.
+        """
+        ...
+
+    async def events(
+        self,
+        target: str | None = None,
+        *,
+        cursor: int = 0,
+        level: str = "lifecycle",
+        wait_s: float = 0.0,
+    ) -> EventPage:
+        """Events of a batch or job (and its descendants), or of every job, after ``cursor``.
+
+        Args:
+            target: a batch or job id; ``None`` for every job.
+            cursor: where the last page ended (``0`` = from the start).
+            level: a key of :data:`clonefleet.vocab.EVENT_LEVELS` (``lifecycle``, ``tools``,
+                ``all``).
+            wait_s: when no event is there yet, wait up to this long for one.
+
+        Raises:
+            UnknownJobError: ``target`` names no job or batch.
+            UsageError: an unknown level.
+        """
+        ...

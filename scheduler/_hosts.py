@@ -1,0 +1,183 @@
+"""Clone hosts of the scheduler: which job runs on which host, warm idle hosts, drain loops.
+
+The core reaches hosts only through :class:`HostLike`, so tests use in-process hosts and the Ray
+shell actor-backed ones. A host is bound to the jobs it runs; its drain loop pulls their events
+until they have all ended, and then the host idles (kept warm for the next batch) or closes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ..actors import CloneSpec
+from ..config import Config
+from ..control import JobControl
+from ..errors import ClusterError
+from ..providers import SimScript
+
+__all__ = ["HostFactory", "HostLike", "HostPool", "choose_clones_per_actor", "node_of"]
+
+
+class HostLike(Protocol):
+    """What the core needs of a clone host."""
+
+    host_id: str
+
+    async def start(
+        self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None
+    ) -> int: ...
+    async def cancel(self, job_ids: Sequence[str]) -> list[str]: ...
+    async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]: ...
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class _Placed(Protocol):
+    """A host that knows the cluster node it runs on (Ray-backed hosts)."""
+
+    async def node_id(self) -> str: ...
+
+
+async def node_of(host: HostLike) -> str | None:
+    """The node a host runs on; ``None`` for hosts without one (in-process hosts).
+
+    Raises:
+        ClusterError: the host is gone.
+    """
+    return await host.node_id() if isinstance(host, _Placed) else None
+
+
+HostFactory = Callable[[str, JobControl], HostLike]
+"""Makes a host for ``(host_id, control)``; ``control`` is the in-process job control (the core
+itself; an actor-backed host reaches the scheduler actor by name instead)."""
+
+
+def choose_clones_per_actor(count: int, cpus: int, nodes: int = 1) -> int:
+    """Clones per host: enough hosts to use every CPU (and every node), few enough that a
+    batch of thousands does not pay a Python process per clone."""
+    hosts = max(min(count, max(cpus, nodes, 1)), 1)
+    return max(math.ceil(count / hosts), 1)
+
+
+class HostPool:
+    """The clone hosts of one scheduler and the jobs bound to each.
+
+    Args:
+        factory: makes a host for ``(host_id, control)``.
+        control: the job control handed to new hosts.
+        apply: called with ``(job_id, event)`` for every event a host yields.
+        lost: called with ``(job_id, detail)`` for each unfinished job of a host that died.
+        spawn: runs a coroutine as a background task of the scheduler.
+    """
+
+    def __init__(
+        self,
+        factory: HostFactory,
+        control: JobControl,
+        *,
+        apply: Callable[[str, dict[str, Any]], None],
+        lost: Callable[[str, str], None],
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
+    ) -> None:
+        self._factory, self._control = factory, control
+        self._apply, self._lost, self._spawn = apply, lost, spawn
+        self._seq = 0
+        self.idle: list[HostLike] = []
+        self.warm_hosts = 0
+        """Idle hosts kept for the next batches (``warm`` sets it)."""
+        self._job_host: dict[str, HostLike] = {}
+        self._host_jobs: dict[str, set[str]] = {}
+        self._open: dict[str, int] = {}
+        """Unfinished jobs per host: its drain loop runs while this is above zero."""
+        self._draining: set[str] = set()
+        self._dead: set[str] = set()
+
+    def new_host(self) -> HostLike:
+        self._seq += 1
+        return self._factory(f"h{self._seq}", self._control)
+
+    def acquire(self) -> HostLike:
+        """A warm idle host when there is one (no process start, imports done), else a new one."""
+        return self.idle.pop() if self.idle else self.new_host()
+
+    def host_of(self, job_id: str) -> HostLike | None:
+        """The host a job is bound to, if any."""
+        return self._job_host.get(job_id)
+
+    def bind(self, host: HostLike, job_ids: Sequence[str]) -> None:
+        """Bind unfinished jobs to a host and drain it until they have ended."""
+        self._host_jobs.setdefault(host.host_id, set()).update(job_ids)
+        self._open[host.host_id] = self._open.get(host.host_id, 0) + len(job_ids)
+        for job_id in job_ids:
+            self._job_host[job_id] = host
+        if host.host_id not in self._draining:
+            self._draining.add(host.host_id)
+            self._spawn(self._drain_loop(host))
+
+    def rebind(self, dead: HostLike, job_ids: Sequence[str]) -> HostLike:
+        """Move unfinished jobs off a host that is gone to a fresh host, which is returned."""
+        self._dead.add(dead.host_id)
+        self._host_jobs[dead.host_id].difference_update(job_ids)
+        self._open[dead.host_id] -= len(job_ids)
+        fresh = self.new_host()
+        self.bind(fresh, job_ids)
+        return fresh
+
+    def mark_dead(self, host: HostLike) -> None:
+        """Never keep this host warm again."""
+        self._dead.add(host.host_id)
+
+    def ended(self, job_id: str) -> None:
+        """A job bound to a host has reached its terminal state."""
+        host = self._job_host.get(job_id)
+        if host is not None and job_id in self._host_jobs.get(host.host_id, ()):
+            self._open[host.host_id] -= 1
+
+    def warm(self, count: int) -> None:
+        """Start ``count`` idle hosts now, so the next batches skip process start-up."""
+        self.warm_hosts = count
+        while len(self.idle) < count:
+            self.idle.append(self.new_host())
+
+    async def warm_ready(self) -> int:
+        """Wait until every idle host has started; returns how many did."""
+        ready = 0
+        for host in list(self.idle):
+            try:
+                await node_of(host)
+            except ClusterError:
+                continue
+            ready += 1
+        return ready
+
+    async def _drain_loop(self, host: HostLike) -> None:
+        """Pull the host's events until its jobs have all ended; then it idles or goes."""
+        jobs = self._host_jobs[host.host_id]
+        healthy = True
+        try:
+            while self._open.get(host.host_id, 0) > 0:
+                try:
+                    batch = await host.drain(1.0)
+                except ClusterError as exc:
+                    healthy = False
+                    for job_id in list(jobs):
+                        self._lost(job_id, f"clone host {host.host_id} died: {exc}")
+                    return
+                for item in batch:
+                    self._apply(item["job_id"], item["event"])
+        finally:
+            self._draining.discard(host.host_id)
+            jobs.clear()
+            self._open[host.host_id] = 0
+            if healthy and host.host_id not in self._dead and len(self.idle) < self.warm_hosts:
+                self.idle.append(host)
+            else:
+                self._spawn(host.close())
+
+    async def aclose(self) -> None:
+        """Close the idle hosts (busy ones close when their drain loops end)."""
+        idle, self.idle = self.idle, []
+        for host in idle:
+            await host.close()
