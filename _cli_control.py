@@ -9,10 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
-from .vocab import succeeded
+from .vocab import EVENT_LEVELS, EventType, succeeded
+
+if TYPE_CHECKING:
+    from ._fleet import Fleet
 
 __all__ = ["add_control_parsers", "connect", "make_console", "CONTROL_HANDLERS"]
 
@@ -61,7 +64,7 @@ def add_control_parsers(sub: Any) -> None:
     ev = sub.add_parser("events", help="read a batch's or job's events (subagent_event envelopes)")
     ev.add_argument("target", metavar="BATCH|JOB")
     ev.add_argument("--follow", action="store_true", help="keep reading until every job has ended")
-    ev.add_argument("--level", choices=("lifecycle", "tools", "all"), default="lifecycle")
+    ev.add_argument("--level", choices=tuple(EVENT_LEVELS), default="lifecycle")
     _address_arg(ev)
 
     cl = sub.add_parser("cluster", help="a persistent local Ray cluster on 127.0.0.1")
@@ -77,7 +80,7 @@ def add_control_parsers(sub: Any) -> None:
     st.add_argument("--json", action="store_true")
 
 
-def connect(address: str | None) -> Any:
+def connect(address: str | None) -> Fleet:
     """A :class:`Fleet` on a persistent cluster.
 
     Raises:
@@ -106,11 +109,10 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         fleet.close()
 
 
-def _jobs_list(fleet: Any, args: argparse.Namespace) -> int:
-    filters = {
-        k: getattr(args, k) for k in ("status", "batch", "agent", "parent") if getattr(args, k)
-    }
-    listing = fleet.list_jobs(**filters)
+def _jobs_list(fleet: Fleet, args: argparse.Namespace) -> int:
+    listing = fleet.list_jobs(
+        status=args.status, batch=args.batch, agent=args.agent, parent=args.parent
+    )
     if args.json:
         print(json.dumps(listing, default=str))
         return EXIT_OK
@@ -153,7 +155,7 @@ def _jobs_list(fleet: Any, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _jobs_status(fleet: Any, args: argparse.Namespace) -> int:
+def _jobs_status(fleet: Fleet, args: argparse.Namespace) -> int:
     for job_id in fleet.expand(args.ids):
         s = fleet.job_status(job_id)
         why = f" ({s['detail']})" if s.get("detail") else ""
@@ -165,7 +167,7 @@ def _jobs_status(fleet: Any, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _jobs_result(fleet: Any, args: argparse.Namespace) -> int:
+def _jobs_result(fleet: Fleet, args: argparse.Namespace) -> int:
     code = EXIT_OK
     for job_id in fleet.expand(args.ids):
         r = fleet.job_result(job_id)
@@ -178,9 +180,9 @@ def _jobs_result(fleet: Any, args: argparse.Namespace) -> int:
     return code
 
 
-def _jobs_cancel(fleet: Any, args: argparse.Namespace) -> int:
+def _jobs_cancel(fleet: Fleet, args: argparse.Namespace) -> int:
     ids = fleet.expand(args.ids)
-    running = fleet.cancel(args.ids)
+    running = fleet.cancel_many(args.ids)
     _print(
         {"jobs": len(ids), "running_cancelled": running},
         args.json,
@@ -189,7 +191,7 @@ def _jobs_cancel(fleet: Any, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _jobs_wait(fleet: Any, args: argparse.Namespace) -> int:
+def _jobs_wait(fleet: Fleet, args: argparse.Namespace) -> int:
     out = fleet.job_block(args.ids, timeout_seconds=args.timeout)
     for s in out["jobs"]:
         _print(s, args.json, f"{s['job_id']}: {s['status']} outcome={s['outcome']}")
@@ -215,7 +217,7 @@ def describe(env: dict[str, Any]) -> str:
     """One human line for an envelope (nested envelopes shown as a path of display names)."""
     names = [env["display_name"]]
     event = env["event"]
-    while event.get("type") == "subagent_event":
+    while event.get("type") == EventType.ENVELOPE:
         names.append(event["display_name"])
         event = event["event"]
     detail = {k: v for k, v in event.items() if k not in ("type", "ts", "record")}
@@ -261,14 +263,14 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             "cluster stopped" if stopped else "no cluster was running",
         )
         return EXIT_OK
-    state = read_state()
-    if state is None:
+    found = read_state()
+    if found is None:
         _print({"running": False}, args.json, "no clonefleet cluster is running")
         return EXIT_FAILED
     _print(
-        {"running": True, **state},
+        {"running": True, **found},
         args.json,
-        f"running at {state['address']} with {state['nodes']} node(s), pid {state['pid']}",
+        f"running at {found['address']} with {found['nodes']} node(s), pid {found['pid']}",
     )
     return EXIT_OK
 

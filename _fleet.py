@@ -9,13 +9,14 @@ Ray's own errors never reach the caller: ours come back unwrapped, system errors
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .cluster import ClusterConfig, ClusterSession, remote_runtime_env, resolve_address
 from .config import Config, load_config
+from .control import BlockResult, EventPage, JobListing, JobStatus, RunRecord, Submitted
 from .errors import ClonefleetError, ClusterError, IdCollision
 from .providers import SimScript
 from .scheduler import (
@@ -168,7 +169,7 @@ class Fleet:
 
         cap = max_concurrency or self.config.limits.max_concurrency
         self._sched = get_or_create_scheduler(cap)
-        self._call("ping", timeout_s=120)
+        self._ask(lambda s: s.ping.remote(), timeout_s=120)
 
     def wait_ready(self, timeout_s: float = 120.0) -> int:
         """Wait until the scheduler's warm clone hosts are up; returns how many are.
@@ -176,23 +177,26 @@ class Fleet:
         Not needed before ``spawn`` (a batch simply starts when its hosts are up); useful to
         keep start-up out of a measurement.
         """
-        return self._call("warm_ready", timeout_s=timeout_s)
+        return cast(int, self._ask(lambda s: s.warm_ready.remote(), timeout_s=timeout_s))
 
     @property
     def embedded(self) -> bool:
         return self._session.embedded
 
-    def _call(self, method: str, *args: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
+    def _ask(self, call: Callable[[Any], Any], timeout_s: float | None = None) -> Any:
+        """Make one call on the scheduler actor (``lambda s: s.method.remote(...)``) and wait
+        for it; our errors come back unwrapped, Ray's become :class:`ClusterError`."""
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
         try:
-            return ray.get(getattr(self._sched, method).remote(*args, **kwargs), timeout=timeout_s)
+            return ray.get(call(self._sched), timeout=timeout_s)
         except RayTaskError as exc:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, ClonefleetError):
                 raise cause from None
-            raise ClusterError(f"scheduler call {method} failed: {exc}") from None
+            name = getattr(exc, "function_name", "")
+            raise ClusterError(f"scheduler call {name} failed: {exc}") from None
         except (RayActorError, GetTimeoutError) as exc:
             detail = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
             raise ClusterError(
@@ -219,48 +223,76 @@ class Fleet:
         """Start a batch planned with :func:`plan_batch` (drawing new ids if one is taken)."""
         for _ in range(5):
             try:
-                out = self._call("submit", plan.submission)
+                out = self._submit(plan.submission)
             except IdCollision:
                 plan = plan.redraw()
                 continue
             return Batch(batch_id=out["batch_id"], job_ids=tuple(out["job_ids"]))
         raise ClusterError("could not draw unused job ids in 5 tries")
 
-    # -- job control ---------------------------------------------------------------------
-    def job_status(self, job_id: str) -> dict[str, Any]:
-        return self._call("job_status", job_id)
+    def _submit(self, sub: BatchSubmission) -> Submitted:
+        return cast(Submitted, self._ask(lambda s: s.submit.remote(sub)))
 
-    def job_result(self, job_id: str) -> dict[str, Any]:
+    # -- job control: clonefleet.control.JobControl, synchronously -----------------------
+    def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> Submitted:
+        """Start a batch on behalf of a running job, as its ``subagent`` tool would.
+
+        Raises:
+            UsageError: parent not running, depth past ``limits.max_depth``, bad count or cwd.
+            DefinitionError: unknown agent or render failure (nothing started).
+        """
+        out = self._ask(lambda s: s.spawn_nested.remote(request, parent_job_id))
+        return cast(Submitted, out)
+
+    def job_status(self, job_id: str) -> JobStatus:
+        """A job's current status; ``UnknownJobError`` for an unknown id."""
+        return cast(JobStatus, self._ask(lambda s: s.job_status.remote(job_id)))
+
+    def job_result(self, job_id: str) -> RunRecord:
         """The finished job's record; ``UsageError`` while it runs."""
-        return self._call("job_result", job_id)
+        return cast(RunRecord, self._ask(lambda s: s.job_result.remote(job_id)))
 
-    def job_cancel(self, job_id: str) -> dict[str, Any]:
+    def job_cancel(self, job_id: str) -> JobStatus:
         """Cancel a job and its descendants (idempotent)."""
-        return self._call("job_cancel", job_id)
+        return cast(JobStatus, self._ask(lambda s: s.job_cancel.remote(job_id)))
 
-    def cancel(self, ids: Sequence[str]) -> int:
+    def cancel_many(self, ids: Sequence[str]) -> int:
         """Cancel jobs or whole batches (and descendants) in one call; returns how many were
         still running (queued ones end at once)."""
-        return self._call("cancel_many", list(ids))
+        return cast(int, self._ask(lambda s: s.cancel_many.remote(list(ids))))
 
     def job_block(
         self,
         job_ids: Sequence[str],
         wait_seconds: float | None = None,
         timeout_seconds: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> BlockResult:
         """Wait for every job (or batch id) to finish, or the time to run out."""
-        return self._call("job_block", list(job_ids), wait_seconds, timeout_seconds)
+        ids = list(job_ids)
+        out = self._ask(lambda s: s.job_block.remote(ids, wait_seconds, timeout_seconds))
+        return cast(BlockResult, out)
 
     def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
         """How many of the jobs (or batches' jobs) have not ended yet."""
-        return self._call("remaining", list(ids), wait_seconds)
+        return cast(int, self._ask(lambda s: s.remaining.remote(list(ids), wait_seconds)))
 
-    def list_jobs(self, **filters: Any) -> dict[str, Any]:
-        return self._call("list_jobs", **filters)
+    def list_jobs(
+        self,
+        *,
+        status: str | None = None,
+        batch: str | None = None,
+        agent: str | None = None,
+        parent: str | None = None,
+    ) -> JobListing:
+        """Jobs matching every filter given, with the fleet's capacity."""
+        out = self._ask(
+            lambda s: s.list_jobs.remote(status=status, batch=batch, agent=agent, parent=parent)
+        )
+        return cast(JobListing, out)
 
     def expand(self, ids: Sequence[str]) -> list[str]:
-        return self._call("expand", list(ids))
+        """Job ids, with batch ids replaced by their jobs'."""
+        return cast(list[str], self._ask(lambda s: s.expand.remote(list(ids))))
 
     def events(
         self,
@@ -269,9 +301,12 @@ class Fleet:
         cursor: int = 0,
         level: str = "lifecycle",
         wait_s: float = 0.0,
-    ) -> dict[str, Any]:
+    ) -> EventPage:
         """Events after ``cursor``: ``{events: [...], cursor: next}``."""
-        return self._call("events", target=target, cursor=cursor, level=level, wait_s=wait_s)
+        out = self._ask(
+            lambda s: s.events.remote(target, cursor=cursor, level=level, wait_s=wait_s)
+        )
+        return cast(EventPage, out)
 
     def follow(
         self, target: str, *, level: str = "lifecycle", wait_s: float = 0.5

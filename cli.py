@@ -1,4 +1,4 @@
-"""The ``clonefleet`` command line (SPEC §7).
+"""The ``clonefleet`` command line (docs/cli.md).
 
 Each sub-command parses its arguments, calls the Python API and prints either for people (a live
 display on a terminal, a summary table) or, with ``--json``, for scripts. Exit status: 0 when
@@ -45,7 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run counted batches of LLM subagents as Ray actors (embedded local Ray and a simulated model by default).",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_run_parser(sub)
+    _add_definition_parsers(sub)
+    _add_provider_parser(sub)
+    add_control_parsers(sub)
+    return parser
 
+
+def _add_run_parser(sub: Any) -> None:
     run = sub.add_parser(
         "run",
         help="run a counted batch of one subagent",
@@ -83,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="extra definitions directory (repeatable)",
     )
+    _add_run_execution_options(run)
+
+
+def _add_run_execution_options(run: argparse.ArgumentParser) -> None:
+    """Where and how a batch runs, and what ``run`` prints."""
     run.add_argument(
         "--config",
         metavar="FILE",
@@ -113,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--json", action="store_true", help="print one JSON object per job as it ends")
 
+
+def _add_definition_parsers(sub: Any) -> None:
     val = sub.add_parser(
         "validate",
         help="check definition files",
@@ -133,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     agents.add_argument("--config", metavar="FILE")
     agents.add_argument("--json", action="store_true")
 
+
+def _add_provider_parser(sub: Any) -> None:
     prov = sub.add_parser("provider", help="model provider tools")
     prov_sub = prov.add_subparsers(dest="provider_command", required=True, metavar="ACTION")
     serve = prov_sub.add_parser(
@@ -144,8 +160,6 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--rate-429", type=float, default=0.0)
     serve.add_argument("--script", metavar="FILE")
     serve.add_argument("--seed", type=int, default=0)
-    add_control_parsers(sub)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -172,28 +186,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # -- run ---------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
-    from ._fleet import Fleet, plan_batch
+    from ._fleet import Fleet
     from .cluster import resolve_address
     from .config import load_config
 
     # Everything that can be wrong with the request is found here, before Ray starts: config,
     # count, definition, cwd, model, and the rendering of every clone.
     config = load_config(args.config)
-    plan = plan_batch(
-        args.agent,
-        args.prompt,
-        args.count,
-        config=config,
-        caller_cwd=Path.cwd(),
-        model=args.model,
-        cwd=args.cwd,
-        approve_chdir=args.allow_chdir,
-        variables=dict(args.var),
-        subagents_dirs=args.subagents_dir,
-        sim_script=args.sim_script,
-        clones_per_actor=args.clones_per_actor,
-        max_concurrency=args.max_concurrency,
-    )
+    plan = _plan(args, config)
     address = resolve_address(args.address)
     if args.detach and address is None:
         raise UsageError(
@@ -214,17 +214,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         try:
             records = _watch(fleet, batch, as_json=args.json)
         except KeyboardInterrupt:
-            if fleet.embedded:
-                print(
-                    "clonefleet: interrupted; the embedded cluster stops, and its jobs with it",
-                    file=sys.stderr,
-                )
-            else:
-                print(
-                    f"clonefleet: interrupted; batch {batch.batch_id} keeps running on the cluster "
-                    f"(`clonefleet jobs cancel {batch.batch_id}` stops it)",
-                    file=sys.stderr,
-                )
+            _say_interrupted(fleet, batch.batch_id)
             return 130
     finally:
         fleet.close()
@@ -232,6 +222,41 @@ def cmd_run(args: argparse.Namespace) -> int:
         _summary(records, time.monotonic() - started)
     ok = all(succeeded(r) for r in records)
     return EXIT_OK if ok and len(records) == len(batch.job_ids) else EXIT_FAILED
+
+
+def _plan(args: argparse.Namespace, config: Any) -> Any:
+    """The checked, rendered batch of a ``run`` command line (nothing has started)."""
+    from ._fleet import plan_batch
+
+    return plan_batch(
+        args.agent,
+        args.prompt,
+        args.count,
+        config=config,
+        caller_cwd=Path.cwd(),
+        model=args.model,
+        cwd=args.cwd,
+        approve_chdir=args.allow_chdir,
+        variables=dict(args.var),
+        subagents_dirs=args.subagents_dir,
+        sim_script=args.sim_script,
+        clones_per_actor=args.clones_per_actor,
+        max_concurrency=args.max_concurrency,
+    )
+
+
+def _say_interrupted(fleet: Any, batch_id: str) -> None:
+    if fleet.embedded:
+        print(
+            "clonefleet: interrupted; the embedded cluster stops, and its jobs with it",
+            file=sys.stderr,
+        )
+    else:
+        print(
+            f"clonefleet: interrupted; batch {batch_id} keeps running on the cluster "
+            f"(`clonefleet jobs cancel {batch_id}` stops it)",
+            file=sys.stderr,
+        )
 
 
 class _Display:

@@ -34,14 +34,14 @@ _STRICT = ConfigDict(frozen=True, extra="forbid")
 
 
 class SimulatedOptions(BaseModel):
-    """Knobs of the simulated provider (SPEC §3.1)."""
+    """Knobs of the simulated provider (``docs/config.md``)."""
 
     model_config = _STRICT
     latency_ms: float = 0.0
     """Added delay per model request, in milliseconds."""
-    fail_rate: float = Field(0.0, ge=0.0, le=1.0)
+    fail_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     """Probability that a request fails with HTTP 503 (deterministic per seed)."""
-    rate_429: float = Field(0.0, ge=0.0, le=1.0)
+    rate_429: float = Field(default=0.0, ge=0.0, le=1.0)
     """Probability that a request fails with HTTP 429 and ``Retry-After: 0``."""
     seed: int = 0
     """Seed mixed with batch id and clone index for deterministic behaviour."""
@@ -58,11 +58,11 @@ class ProviderConfig(BaseModel):
     """Root URL, e.g. ``http://127.0.0.1:8000/v1``; required for ``openai``."""
     api_key_env: str | None = None
     """Name of the environment variable holding the key; the key itself never goes in config."""
-    timeout_s: float = Field(60.0, gt=0)
+    timeout_s: float = Field(default=60.0, gt=0)
     """Overall deadline of one request, in seconds (a slow drip cannot exceed it)."""
-    max_retries: int = Field(2, ge=0, le=10)
+    max_retries: int = Field(default=2, ge=0, le=10)
     """Retries of a transient failure on the same candidate before moving on."""
-    max_connections: int = Field(1000, ge=1)
+    max_connections: int = Field(default=1000, ge=1)
     """Connection-pool size per clone host process."""
     simulated: SimulatedOptions = SimulatedOptions()
 
@@ -86,13 +86,13 @@ class LimitsConfig(BaseModel):
     """Fleet limits."""
 
     model_config = _STRICT
-    max_count: int = Field(10_000, ge=1)
+    max_count: int = Field(default=10_000, ge=1)
     """Largest accepted ``--count`` of one batch."""
-    max_depth: int = Field(3, ge=0)
+    max_depth: int = Field(default=3, ge=0)
     """Deepest allowed nesting of subagent spawns."""
-    max_concurrency: int | None = Field(None, ge=1)
+    max_concurrency: int | None = Field(default=None, ge=1)
     """Fleet-wide number of jobs running at once; ``None`` = no cap."""
-    clones_per_actor: int | None = Field(None, ge=1)
+    clones_per_actor: int | None = Field(default=None, ge=1)
     """Clones hosted per Ray actor; ``None`` = chosen from batch size and cluster."""
 
 

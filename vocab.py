@@ -170,7 +170,7 @@ def succeeded(record: Mapping[str, Any]) -> bool:
 
     The exit status of ``clonefleet run`` and ``jobs wait`` is 0 only when every job succeeded.
     """
-    return record["status"] == JobState.COMPLETED and record["outcome"] == Outcome.SUCCESS
+    return bool(record["status"] == JobState.COMPLETED and record["outcome"] == Outcome.SUCCESS)
 
 
 RUN_RECORD_FIELDS: tuple[str, ...] = (
@@ -206,7 +206,7 @@ def run_record(source: object, **overrides: Any) -> dict[str, Any]:
     }
     # Plain strings on the wire: enum members cost more to pickle and to decode.
     for name in ("status", "stop_reason", "outcome"):
-        if out[name] is not None:
+        if out[name] is not None:  # a job still running has no stop reason or outcome yet
             out[name] = str(out[name])
     out["concerns"], out["warnings"] = list(out["concerns"]), list(out["warnings"])
     out["usage"] = dict(out["usage"])

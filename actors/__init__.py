@@ -14,8 +14,6 @@ from ._failover import Candidate as Candidate
 from ._failover import FailoverModel as FailoverModel
 from ._failover import backoff_s as backoff_s
 from ._host import HostCore as HostCore
-from ._host import crashed_result as crashed_result
-from ._jobtools import JobControl as JobControl
 from ._jobtools import job_tools as job_tools
 from ._loop import BASE_PROMPT as BASE_PROMPT
 from ._loop import Clone as Clone
@@ -34,8 +32,6 @@ __all__ = [
     "job_tools",
     "open_checked",
     "schema_errors",
-    "JobControl",
-    "crashed_result",
     "BASE_PROMPT",
     "Candidate",
     "Clone",

@@ -1,4 +1,4 @@
-"""Exit payloads: schema check and status normalisation (SPEC §2.6). Pure functions.
+"""Exit payloads: schema check and status normalisation (docs/definitions.md). Pure functions.
 
 ``classify`` decides what an accepted ``exit_tool`` payload means; ``ExitJudge`` keeps the
 per-run state of corrective retries, salvage and the no-progress breaker.

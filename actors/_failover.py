@@ -1,4 +1,4 @@
-"""Model-group failover: one clone's cursor over its candidate models (SPEC §3.1).
+"""Model-group failover: one clone's cursor over its candidate models (docs/config.md).
 
 The cursor starts at the clone's own candidate (clone *i* at *i mod len(group)*). A transient
 failure is retried on the same candidate with backoff (honouring ``Retry-After``), then the
@@ -83,7 +83,7 @@ class FailoverModel:
         return [((self._cursor + k) % n, self._ring[(self._cursor + k) % n]) for k in range(n)]
 
     async def request(self, req: ModelRequest) -> ModelResponse:
-        """Send ``req`` to the current candidate, failing over as SPEC §3.1 says.
+        """Send ``req`` to the current candidate, failing over as docs/config.md describes.
 
         Raises:
             AllModelsFailed: every candidate and fallback failed.

@@ -16,14 +16,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..config import Config
+from ..control import JobControl
 from ..providers import SimScript
 from ..vocab import EventType, JobState, Outcome, StopReason, stop_error
-from ._jobtools import JobControl
 from ._loop import Clone
 from ._providers import ProviderPool
 from ._spec import CloneSpec, RunResult
 
-__all__ = ["HostCore", "crashed_result"]
+__all__ = ["HostCore"]
 
 _FINAL = str(EventType.FINAL)
 _FAILOVER = str(EventType.MODEL_FAILOVER)
@@ -180,20 +180,3 @@ def _cancelled(spec: CloneSpec) -> RunResult:
 
 def _abnormal(spec: CloneSpec, detail: str) -> RunResult:
     return _ended(spec, JobState.FAILED, StopReason.ABNORMAL, Outcome.FAILURE, detail)
-
-
-def crashed_result(spec_fields: dict[str, Any], detail: str) -> dict[str, Any]:
-    """The ``run --json`` record of a job whose host died (used by the scheduler)."""
-    return {
-        **spec_fields,
-        "status": str(JobState.FAILED),
-        "stop_reason": str(StopReason.ABNORMAL),
-        "outcome": str(Outcome.FAILURE),
-        "result": None,
-        "salvaged": False,
-        "nonconforming": False,
-        "concerns": [],
-        "error": stop_error(StopReason.ABNORMAL, detail),
-        "turns": 0,
-        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
-    }

@@ -1,36 +1,37 @@
 """Job-control tools for subagents that may spawn: ``subagent``, ``job_status``, ``job_result``,
 ``job_cancel``, ``job_block`` and ``list_jobs``.
 
-The tools talk to the scheduler through the small :class:`JobControl` protocol, so the loop stays
-free of Ray: a clone host passes an actor-backed implementation, tests pass an in-process one.
+Each tool calls one method of :class:`clonefleet.control.JobControl` (:data:`TOOL_METHODS`), so the
+loop stays free of Ray: a clone host passes an actor-backed implementation, tests pass the
+in-process scheduler core. A tool's parameters are its method's (``subagent``'s arguments are the
+request).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
+from ..control import JobControl
 from ..errors import ClonefleetError, ToolRetry
 from ..providers import ToolSpec
-from ._tools import Tool, ToolContext
+from ..vocab import JOB_TOOLS, JobState
+from ._tools import Tool, ToolContext, ToolFn
 
-__all__ = ["JOB_TOOL_NAMES", "JobControl", "job_tools"]
+__all__ = ["TOOL_METHODS", "job_tools"]
 
-JOB_TOOL_NAMES = ("subagent", "job_status", "job_result", "job_cancel", "job_block", "list_jobs")
 _BLOCK_SLICE_S = 30.0
 
-
-class JobControl(Protocol):
-    """What a spawning clone may ask of the scheduler."""
-
-    async def spawn(self, request: dict[str, Any], parent_job_id: str) -> dict[str, Any]: ...
-    async def job_status(self, job_id: str) -> dict[str, Any]: ...
-    async def job_result(self, job_id: str) -> dict[str, Any]: ...
-    async def job_cancel(self, job_id: str) -> dict[str, Any]: ...
-    async def job_block(
-        self, job_ids: list[str], wait_seconds: float | None, timeout_seconds: float | None
-    ) -> dict[str, Any]: ...
-    async def list_jobs(self, **filters: Any) -> dict[str, Any]: ...
+TOOL_METHODS: dict[str, Callable[..., Any]] = {
+    "subagent": JobControl.spawn_nested,
+    "job_status": JobControl.job_status,
+    "job_result": JobControl.job_result,
+    "job_cancel": JobControl.job_cancel,
+    "job_block": JobControl.job_block,
+    "list_jobs": JobControl.list_jobs,
+}
+"""The job-control method each job tool calls."""
 
 
 def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -44,6 +45,12 @@ def _obj(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
 
 _S, _N = {"type": "string"}, {"type": "number"}
 _IDS = {"type": "array", "items": _S}
+
+
+def _one_job(name: str, description: str) -> ToolSpec:
+    return ToolSpec(name=name, description=description, parameters=_obj({"job_id": _S}, ["job_id"]))
+
+
 _SPECS = {
     "subagent": ToolSpec(
         name="subagent",
@@ -64,21 +71,9 @@ _SPECS = {
             ["description", "prompt"],
         ),
     ),
-    "job_status": ToolSpec(
-        name="job_status",
-        description="Status of a job.",
-        parameters=_obj({"job_id": _S}, ["job_id"]),
-    ),
-    "job_result": ToolSpec(
-        name="job_result",
-        description="Result of a finished job (error while it runs).",
-        parameters=_obj({"job_id": _S}, ["job_id"]),
-    ),
-    "job_cancel": ToolSpec(
-        name="job_cancel",
-        description="Cancel a job and its descendants (idempotent).",
-        parameters=_obj({"job_id": _S}, ["job_id"]),
-    ),
+    "job_status": _one_job("job_status", "Status of a job."),
+    "job_result": _one_job("job_result", "Result of a finished job (error while it runs)."),
+    "job_cancel": _one_job("job_cancel", "Cancel a job and its descendants (idempotent)."),
     "job_block": ToolSpec(
         name="job_block",
         description="Wait for jobs to finish, or until the time is up; returns their current statuses.",
@@ -97,9 +92,14 @@ def _text(value: Any) -> str:
 
 
 def _summarise(record: dict[str, Any]) -> str:
-    if record["status"] != "completed":
+    if record["status"] != JobState.COMPLETED:
         raise ToolRetry(record.get("error") or "Error: subagent run failed")
     return _text(record["result"])
+
+
+def _opt(args: dict[str, Any], key: str) -> str | None:
+    value = args.get(key)
+    return str(value) if value else None
 
 
 class _Tools:
@@ -107,11 +107,11 @@ class _Tools:
         self.control, self.job_id = control, job_id
 
     async def subagent(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        out = await self.control.spawn(dict(args), self.job_id)
+        out = await self.control.spawn_nested(dict(args), self.job_id)
         ids = list(out["job_ids"])
         if args.get("background"):
             return json.dumps({"batch_id": out["batch_id"], "job_ids": ids})
-        while not (await self.control.job_block(ids, _BLOCK_SLICE_S, None))["done"]:
+        while not (await self.control.job_block(ids, _BLOCK_SLICE_S))["done"]:
             pass
         records = [await self.control.job_result(j) for j in ids]
         if len(records) == 1:
@@ -135,21 +135,25 @@ class _Tools:
 
     async def job_block(self, args: dict[str, Any], ctx: ToolContext) -> str:
         ids = [str(j) for j in args.get("job_ids", [])]
-        return _text(
-            await self.control.job_block(ids, args.get("wait_seconds"), args.get("timeout_seconds"))
-        )
+        wait, timeout = args.get("wait_seconds"), args.get("timeout_seconds")
+        return _text(await self.control.job_block(ids, wait, timeout))
 
     async def list_jobs(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        filters = {k: args[k] for k in ("status", "batch", "agent", "parent") if args.get(k)}
-        return _text(await self.control.list_jobs(**filters))
+        listing = await self.control.list_jobs(
+            status=_opt(args, "status"),
+            batch=_opt(args, "batch"),
+            agent=_opt(args, "agent"),
+            parent=_opt(args, "parent"),
+        )
+        return _text(listing)
 
 
 def job_tools(control: JobControl, job_id: str) -> dict[str, Tool]:
     """The job-control tools bound to one clone's job (its children get it as parent)."""
     impl = _Tools(control, job_id)
 
-    def guarded(name: str) -> Any:
-        method = getattr(impl, name)
+    def guarded(name: str) -> ToolFn:
+        method: ToolFn = getattr(impl, name)
 
         async def run(args: dict[str, Any], ctx: ToolContext) -> str:
             try:
@@ -159,4 +163,4 @@ def job_tools(control: JobControl, job_id: str) -> dict[str, Tool]:
 
         return run
 
-    return {name: Tool(spec=_SPECS[name], run=guarded(name)) for name in JOB_TOOL_NAMES}
+    return {name: Tool(spec=_SPECS[name], run=guarded(name)) for name in JOB_TOOLS}

@@ -17,11 +17,14 @@ from typing import Any
 
 import jsonschema
 
+from ..control import JobControl
 from ..errors import AllModelsFailed, ModelError, ToolRetry
 from ..providers import Message, Model, ModelRequest, ModelResponse, Role, ToolCall, ToolSpec, Usage
 from ..vocab import JOB_TOOLS, EventType, JobState, Outcome, StopReason, canonical_tool, stop_error
+from ._compaction import compact, context_tokens
+from ._control_specs import CONTROL_SPECS
 from ._exit import ExitJudge, Verdict
-from ._jobtools import JobControl, job_tools
+from ._jobtools import job_tools
 from ._spec import CloneSpec, RunResult
 from ._tools import WORK_TOOL_TABLE, Tool, ToolContext
 
@@ -37,44 +40,6 @@ BASE_PROMPT = (
     "inside your launch directory. Use `progress_update` for brief status snapshots; they are not "
     "a result channel. When the task is done, call `exit_tool` with your result."
 )
-
-_CONTROL_SPECS = {
-    "progress_update": ToolSpec(
-        name="progress_update",
-        description="Record a brief status snapshot for the caller (not a result channel).",
-        parameters={
-            "type": "object",
-            "properties": {"summary": {"type": "string"}},
-            "required": ["summary"],
-        },
-    ),
-    "tool_search": ToolSpec(
-        name="tool_search",
-        description="Look up deferred tools by name or keyword; found tools become callable.",
-        parameters={
-            "type": "object",
-            "properties": {"query": {"type": "string"}},
-            "required": ["query"],
-        },
-    ),
-    "skill": ToolSpec(
-        name="skill",
-        description="Load one of your available skills by name; its instructions stay with you for the run.",
-        parameters={
-            "type": "object",
-            "properties": {"name": {"type": "string"}},
-            "required": ["name"],
-        },
-    ),
-    "switch_facet": ToolSpec(
-        name="switch_facet",
-        description="Not available to subagents.",
-        parameters={"type": "object"},
-    ),
-}
-_SUMMARY, _PROGRESS = "[summary of earlier work]", "[latest progress]"
-_SUMMARY_LINES = 40
-"""Most lines of the compaction summary (one per compacted message, about 100 characters each)."""
 
 
 @dataclass(slots=True)
@@ -242,9 +207,9 @@ class Clone:
 
     async def _call_model(self) -> ModelResponse:
         visible = [self.tools[n].spec for n in sorted(self._visible)]
-        control = [_CONTROL_SPECS["progress_update"], self._exit_spec()]
+        control = [CONTROL_SPECS["progress_update"], self._exit_spec()]
         if set(self.tools) - self._visible:
-            control.append(_CONTROL_SPECS["tool_search"])
+            control.append(CONTROL_SPECS["tool_search"])
         if self.skill_catalog:
             control.append(self._skill_spec())
         req = ModelRequest(
@@ -280,7 +245,7 @@ class Clone:
 
     def _skill_spec(self) -> ToolSpec:
         listing = "; ".join(f"{n}: {d}" for n, (d, _) in sorted(self.skill_catalog.items()))
-        base = _CONTROL_SPECS["skill"]
+        base = CONTROL_SPECS["skill"]
         return ToolSpec(
             name="skill",
             description=f"{base.description} Available: {listing}",
@@ -439,47 +404,22 @@ class Clone:
 
     # -- compaction ----------------------------------------------------------------------
     def context_tokens(self) -> int:
-        """A cheap estimate: four characters a token."""
-        return sum(len(m.content) + 40 * len(m.tool_calls) for m in self.messages) // 4
+        """A cheap estimate of the context's size in tokens."""
+        return context_tokens(self.messages)
 
     def _maybe_compact(self) -> None:
-        """Summarise older turns once the context passed its budget.
-
-        Kept verbatim: the system prompt, injected skills, the task, skills loaded with the
-        ``skill`` tool, the latest progress snapshot (as a reminder) and the last few messages;
-        the earlier summary is folded into the new one.
-        """
+        """Summarise older turns once the context passed its budget (see ``_compaction``)."""
         if self.context_tokens() <= self.spec.context_budget_tokens:
             return
-        pinned = [
-            m for m in self.messages if m.pinned and not m.content.startswith((_SUMMARY, _PROGRESS))
-        ]
-        rest = [m for m in self.messages if not m.pinned]
-        keep = _tail_from_user(rest, 4)
-        dropped = rest[: len(rest) - len(keep)]
-        if not dropped:
-            return
-        self._summary += [f"{m.role}: {_brief(m)}" for m in dropped if m.content or m.tool_calls]
-        if len(self._summary) > _SUMMARY_LINES:  # keep how it started and what happened last
-            head, tail = _SUMMARY_LINES // 4, _SUMMARY_LINES - _SUMMARY_LINES // 4 - 1
-            self._summary = [*self._summary[:head], "...", *self._summary[-tail:]]
-        extra = [
-            Message(role=Role.USER, content=f"{_SUMMARY}\n" + "\n".join(self._summary), pinned=True)
-        ]
-        pinned_text = {m.content for m in pinned}
-        extra += [
-            Message(role=Role.USER, content=f"[skill {n}]\n{b}", pinned=True)
-            for n, b in self._loaded_skills.items()
-            if f"[skill {n}]\n{b}" not in pinned_text
-        ]
-        if self.progress is not None:
-            extra.append(
-                Message(
-                    role=Role.USER, content=f"{_PROGRESS} {json.dumps(self.progress)}", pinned=True
-                )
-            )
-        self.messages = pinned + extra + keep
-        self._emit(EventType.COMPACTION, dropped=len(dropped), tokens=self.context_tokens())
+        done = compact(
+            self.messages,
+            summary=self._summary,
+            loaded_skills=self._loaded_skills,
+            progress=self.progress,
+        )
+        if done is not None:
+            self.messages, self._summary, dropped = done
+            self._emit(EventType.COMPACTION, dropped=dropped, tokens=self.context_tokens())
 
     # -- ending --------------------------------------------------------------------------
     def _finish(self, ending: _Ending) -> RunResult:
@@ -540,17 +480,3 @@ def _check_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
 
 _VALIDATORS: dict[str, jsonschema.Draft202012Validator] = {}
 """Argument validators of the built-in tools (their schemas are fixed)."""
-
-
-def _brief(m: Message) -> str:
-    calls = ", ".join(c.name for c in m.tool_calls)
-    text = " ".join(m.content.split())[:80]
-    return f"{text} [called {calls}]" if calls else text
-
-
-def _tail_from_user(messages: list[Message], n: int) -> list[Message]:
-    """The last ``n``-ish messages, widened so a tool result never loses its assistant call."""
-    start = max(len(messages) - n, 0)
-    while start > 0 and messages[start].role is Role.TOOL:
-        start -= 1
-    return messages[start:]

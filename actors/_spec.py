@@ -63,7 +63,7 @@ class CloneSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunResult:
-    """How one job's clone run ended; the fields of ``run --json`` (SPEC §7)."""
+    """How one job's clone run ended; the fields of ``run --json`` (docs/json.md)."""
 
     job_id: str
     batch_id: str

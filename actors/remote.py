@@ -1,30 +1,39 @@
-"""Ray shells of the clone side: :class:`CloneHostActor` and its facade :class:`CloneHost`.
+"""Ray shells of the clone side: :class:`CloneHostActor`, its facade :class:`CloneHost`, and
+:class:`SchedulerControl`, the job control its clones use.
 
 The actor only turns picklable specs into live objects and forwards calls to
-:class:`~clonefleet.actors._host.HostCore`; the facade turns Ray's system errors into ours.
+:class:`~clonefleet.actors._host.HostCore`; the facades turn Ray's system errors into ours.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 
 from ..cluster import NAMESPACE, SCHEDULER_NAME
 from ..config import Config
+from ..control import (
+    BlockResult,
+    EventPage,
+    JobListing,
+    JobStatus,
+    RunRecord,
+    Submitted,
+)
 from ..errors import ClonefleetError, ClusterError
 from ..providers import SimScript
 from ._host import HostCore
 from ._spec import CloneSpec
 
-__all__ = ["CloneHost", "CloneHostActor"]
+__all__ = ["CloneHost", "CloneHostActor", "SchedulerControl"]
 
 
-@ray.remote(num_cpus=0, max_concurrency=64, max_restarts=0)
 class CloneHostActor:
-    """Hosts many clones as asyncio tasks in one worker process."""
+    """Hosts many clones as asyncio tasks in one worker process (a Ray actor: see
+    :data:`_HOST_ACTOR`)."""
 
     def __init__(self) -> None:
         # Import what every clone needs now, while the host is only warming up, so the first
@@ -55,51 +64,104 @@ class CloneHostActor:
         return await self._host().drain(wait_s)
 
     async def node_id(self) -> str:
-        return ray.get_runtime_context().get_node_id()
+        node: str = ray.get_runtime_context().get_node_id()
+        return node
 
     async def aclose(self) -> None:
         if self._core is not None:
             await self._core.aclose()
 
 
+_HOST_ACTOR = ray.remote(CloneHostActor)
+_HOST_OPTIONS: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 64, "max_restarts": 0}
+"""Every clone host: no CPU reserved (its clones mostly wait on models), many concurrent calls,
+and no restart (a dead host's jobs end as crashed)."""
+
+_Call = Callable[[Any], Any]
+"""One call on an actor handle: ``lambda actor: actor.method.remote(...)``, returning its ref."""
+
+
 class SchedulerControl:
-    """Job control for spawning clones, backed by the named scheduler actor."""
+    """:class:`~clonefleet.control.JobControl` for clones that spawn: each method forwards to
+    the named scheduler actor."""
 
     def __init__(self) -> None:
         self._handle: Any = None
 
-    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    async def _ask(self, call: _Call) -> Any:
+        """Make one call on the scheduler actor and await it; our errors come back unwrapped,
+        Ray's become :class:`ClusterError`."""
         if self._handle is None:
             self._handle = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
         try:
-            return await getattr(self._handle, method).remote(*args, **kwargs)
-        except ray.exceptions.RayTaskError as exc:
+            return await call(self._handle)
+        except RayTaskError as exc:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, ClonefleetError):
                 raise cause from None
-            raise ClusterError(f"scheduler call {method} failed: {type(exc).__name__}") from None
+            name = getattr(exc, "function_name", "")
+            raise ClusterError(f"scheduler call {name} failed: {type(exc).__name__}") from None
         except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
             raise ClusterError(f"the scheduler is unavailable: {type(exc).__name__}") from None
 
-    async def spawn(self, request: dict[str, Any], parent_job_id: str) -> dict[str, Any]:
-        return await self._call("spawn_nested", request, parent_job_id)
+    async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> Submitted:
+        return cast(
+            Submitted, await self._ask(lambda s: s.spawn_nested.remote(request, parent_job_id))
+        )
 
-    async def job_status(self, job_id: str) -> dict[str, Any]:
-        return await self._call("job_status", job_id)
+    async def job_status(self, job_id: str) -> JobStatus:
+        return cast(JobStatus, await self._ask(lambda s: s.job_status.remote(job_id)))
 
-    async def job_result(self, job_id: str) -> dict[str, Any]:
-        return await self._call("job_result", job_id)
+    async def job_result(self, job_id: str) -> RunRecord:
+        return cast(RunRecord, await self._ask(lambda s: s.job_result.remote(job_id)))
 
-    async def job_cancel(self, job_id: str) -> dict[str, Any]:
-        return await self._call("job_cancel", job_id)
+    async def job_cancel(self, job_id: str) -> JobStatus:
+        return cast(JobStatus, await self._ask(lambda s: s.job_cancel.remote(job_id)))
+
+    async def cancel_many(self, ids: Sequence[str]) -> int:
+        return cast(int, await self._ask(lambda s: s.cancel_many.remote(list(ids))))
 
     async def job_block(
-        self, job_ids: list[str], wait_seconds: float | None, timeout_seconds: float | None
-    ) -> dict[str, Any]:
-        return await self._call("job_block", job_ids, wait_seconds, timeout_seconds)
+        self,
+        job_ids: Sequence[str],
+        wait_seconds: float | None = None,
+        timeout_seconds: float | None = None,
+    ) -> BlockResult:
+        ids = list(job_ids)
+        out = await self._ask(lambda s: s.job_block.remote(ids, wait_seconds, timeout_seconds))
+        return cast(BlockResult, out)
 
-    async def list_jobs(self, **filters: Any) -> dict[str, Any]:
-        return await self._call("list_jobs", **filters)
+    async def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
+        return cast(int, await self._ask(lambda s: s.remaining.remote(list(ids), wait_seconds)))
+
+    async def list_jobs(
+        self,
+        *,
+        status: str | None = None,
+        batch: str | None = None,
+        agent: str | None = None,
+        parent: str | None = None,
+    ) -> JobListing:
+        out = await self._ask(
+            lambda s: s.list_jobs.remote(status=status, batch=batch, agent=agent, parent=parent)
+        )
+        return cast(JobListing, out)
+
+    async def expand(self, ids: Sequence[str]) -> list[str]:
+        return cast(list[str], await self._ask(lambda s: s.expand.remote(list(ids))))
+
+    async def events(
+        self,
+        target: str | None = None,
+        *,
+        cursor: int = 0,
+        level: str = "lifecycle",
+        wait_s: float = 0.0,
+    ) -> EventPage:
+        out = await self._ask(
+            lambda s: s.events.remote(target, cursor=cursor, level=level, wait_s=wait_s)
+        )
+        return cast(EventPage, out)
 
 
 class CloneHost:
@@ -110,28 +172,30 @@ class CloneHost:
 
     @classmethod
     def create(cls, host_id: str, *, options: dict[str, Any] | None = None) -> CloneHost:
-        handle = CloneHostActor.options(name=None, **(options or {})).remote()
+        handle = _HOST_ACTOR.options(**_HOST_OPTIONS, name=None, **(options or {})).remote()
         return cls(handle, host_id)
 
-    async def _call(self, method: str, *args: Any) -> Any:
+    async def _ask(self, call: _Call) -> Any:
+        """Make one call on the host actor and await it; a host that is gone raises
+        :class:`ClusterError`."""
         try:
-            return await getattr(self.handle, method).remote(*args)
+            return await call(self.handle)
         except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
             raise ClusterError(f"clone host {self.host_id} is gone: {type(exc).__name__}") from None
 
     async def start(
         self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None = None
     ) -> int:
-        return await self._call("start", list(specs), config, sim_script)
+        return cast(int, await self._ask(lambda h: h.start.remote(list(specs), config, sim_script)))
 
     async def cancel(self, job_ids: Sequence[str]) -> list[str]:
-        return await self._call("cancel", list(job_ids))
+        return cast(list[str], await self._ask(lambda h: h.cancel.remote(list(job_ids))))
 
     async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
-        return await self._call("drain", wait_s)
+        return cast(list[dict[str, Any]], await self._ask(lambda h: h.drain.remote(wait_s)))
 
     async def node_id(self) -> str:
-        return await self._call("node_id")
+        return cast(str, await self._ask(lambda h: h.node_id.remote()))
 
     def kill(self) -> None:
         ray.kill(self.handle, no_restart=True)

@@ -7,16 +7,17 @@ launch metadata of every clone, rendered in a guarded Jinja2 sandbox before anyt
 
 from __future__ import annotations
 
-from ._build import check_exit_schema as check_exit_schema
-from ._build import exit_schema_enum_warnings as exit_schema_enum_warnings
 from ._catalog import SHIPPED_DIR as SHIPPED_DIR
 from ._catalog import Catalog as Catalog
 from ._catalog import load_catalog as load_catalog
 from ._catalog import load_directory as load_directory
 from ._catalog import load_file as load_file
 from ._catalog import subagent_search_path as subagent_search_path
+from ._exit_schema import check_exit_schema as check_exit_schema
+from ._exit_schema import exit_schema_enum_warnings as exit_schema_enum_warnings
 from ._model import DEFAULT_EXIT_SCHEMA as DEFAULT_EXIT_SCHEMA
 from ._model import RESERVED_NAME as RESERVED_NAME
+from ._model import CloneInfo as CloneInfo
 from ._model import Definition as Definition
 from ._model import Dialect as Dialect
 from ._model import InjectedSkill as InjectedSkill
@@ -29,7 +30,6 @@ from ._python import AgentDefinition as AgentDefinition
 from ._python import register as register
 from ._python import registered as registered
 from ._python import unregister as unregister
-from ._render import CloneInfo as CloneInfo
 from ._render import render_batch as render_batch
 from ._render import render_template as render_template
 from ._report import agents_report as agents_report

@@ -1,6 +1,6 @@
 """Discovery and precedence of definitions, and the :class:`Catalog` a run looks agents up in.
 
-Search order, later replacing earlier by name (SPEC §2.2): shipped, ``$XDG_CONFIG_HOME/
+Search order, later replacing earlier by name (docs/definitions.md): shipped, ``$XDG_CONFIG_HOME/
 clonefleet/subagents``, ``discovery.extra_subagents_dirs``, each ``--subagents-dir``, the
 project's ``.clonefleet/subagents``, definitions registered in code, then config
 ``subagents.<name>``. A per-file failure is recorded with its reason and never stops the rest.
@@ -75,7 +75,7 @@ def load_file(path: Path, *, shipped: bool = False) -> Definition:
         shipped: whether it is one of the package's own files (may use the ``_default`` name).
 
     Raises:
-        DefinitionError: with the structured reason of SPEC §2.2.
+        DefinitionError: with its structured load-failure reason (docs/definitions.md).
     """
     return build_definition(parse_file(path), _stem(path), shipped=shipped)
 

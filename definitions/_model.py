@@ -1,4 +1,5 @@
-"""Value objects of the definitions layer: dialects, the loaded :class:`Definition`, load reports.
+"""Value objects of the definitions layer: dialects, the loaded :class:`Definition`, load reports
+and what each clone of a batch is rendered with.
 
 This module only declares data; it reads no files and renders nothing (the tool and status words
 the loader checks against are in ``clonefleet.vocab``). Every class here is defined at module
@@ -11,18 +12,6 @@ import copy
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
-
-__all__ = [
-    "DEFAULT_EXIT_SCHEMA",
-    "RESERVED_NAME",
-    "Definition",
-    "Dialect",
-    "InjectedSkill",
-    "LoadFailure",
-    "LoadReason",
-    "LoadWarning",
-    "RenderedClone",
-]
 
 RESERVED_NAME = "_default"
 """The built-in general-purpose definition; no file, config entry or registration replaces it."""
@@ -154,6 +143,20 @@ class InjectedSkill:
 
     name: str
     body: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CloneInfo:
+    """What ``clone.*`` means inside a template."""
+
+    index: int
+    """0-based position of the clone in its batch."""
+    count: int
+    """Clones in the batch."""
+    job_id: str
+    """This clone's job handle (``sa_`` + 8 hex)."""
+    number: int
+    """1-based position (``index + 1``), for human-facing text such as "clone 3 of 5"."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -3,7 +3,7 @@
 This module owns the text level only: newline normalisation, the ``---`` split, the 64 KiB
 frontmatter cap, the safe YAML loader (no anchors, aliases, duplicate keys or custom tags) and the
 lenient known-keys fallback for Claude-style files whose descriptions contain unquoted ``: ``.
-What the keys mean is decided in ``_build``.
+What the keys mean is decided in ``_rules`` and ``_build``.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ NAMESPACE_KEYS = ("clonefleet", "polytoken")
 _NATIVE_KEY_LINE = re.compile(r"^[\"']?(?:clonefleet|polytoken)[\"']?[ \t]*:", re.MULTILINE)
 _FENCE = re.compile(r"^---[ \t]*$", re.MULTILINE)
 
-# Keys the lenient fallback recovers (SPEC §2.1) and other Claude keys that only end a value.
+# Keys the lenient fallback recovers (docs/definitions.md) and other Claude keys that only end
+# a value.
 _FALLBACK_KEYS = ("name", "description", "model", "tools", "color")
 _FALLBACK_BOUNDARY_KEYS = frozenset(
     {

@@ -48,7 +48,8 @@ def AgentDefinition(  # noqa: N802 - named like the agent-kit type it mirrors
     :func:`register` to make the definition visible to catalogs.
 
     Raises:
-        DefinitionError: ``invalid-definition`` when a SPEC §2.3 rule or a key type is broken.
+        DefinitionError: ``invalid-definition`` when a validation rule or a key type is broken
+            (docs/definitions.md).
     """
     spec: dict[str, Any] = {
         "name": name,

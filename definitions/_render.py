@@ -3,8 +3,9 @@
 For each clone the caller's task is rendered first (every dialect), then a native definition's
 body with the rendered task available as ``prompt``; claude and python bodies are used verbatim.
 All clones are rendered before :func:`render_batch` returns, so one error rejects the batch and
-nothing starts. Templates run in the guarded sandbox of ``_sandbox``; this module supplies the
-variables, the output cap, the deadlines and the translation of failures into ``TemplateError``.
+nothing starts. Templates run in the guarded sandbox of ``_sandbox``, under the caps of
+``_limits``; this module supplies the variables, the output count, the deadlines, the ``@skill:``
+injections and the translation of failures into ``TemplateError``.
 """
 
 from __future__ import annotations
@@ -15,30 +16,28 @@ import keyword
 import re
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from jinja2 import Template, TemplateSyntaxError, UndefinedError
 from jinja2 import TemplateError as JinjaTemplateError
 from jinja2.exceptions import SecurityError
 
 from ..errors import TemplateError, UsageError
-from ._model import Definition, RenderedClone
-from ._sandbox import (
+from ._limits import (
     MAX_OUTPUT_CHARS,
     RENDER_TIMEOUT_S,
     Budget,
     TemplateLimitError,
-    guarded_environment,
     reset_budget,
     set_budget,
 )
+from ._model import CloneInfo, Definition, InjectedSkill, RenderedClone
+from ._sandbox import guarded_environment
+from ._skills import SkillCatalog, find_skill_refs, load_skills, resolve_skill_refs
 
-if TYPE_CHECKING:
-    from ._skills import SkillCatalog
-
-__all__ = ["FRAGMENTS_DIR", "CloneInfo", "render_batch", "render_template", "transclude"]
+__all__ = ["FRAGMENTS_DIR", "render_batch", "render_template", "transclude"]
 
 FRAGMENTS_DIR = Path(__file__).resolve().parent / "fragments"
 """Shipped prompt fragments that ``transclude('name')`` includes."""
@@ -60,20 +59,6 @@ BUILTIN_VARIABLES = frozenset(
 """Names user variables (``--var k=v``) may not take."""
 
 _FRAGMENT_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CloneInfo:
-    """What ``clone.*`` means inside a template."""
-
-    index: int
-    """0-based position of the clone in its batch."""
-    count: int
-    """Clones in the batch."""
-    job_id: str
-    """This clone's job handle (``sa_`` + 8 hex)."""
-    number: int
-    """1-based position (``index + 1``), for human-facing text such as "clone 3 of 5"."""
 
 
 class _Names(tuple[str, ...]):
@@ -274,6 +259,56 @@ def _check_batch_args(count: int, job_ids: Sequence[str], model_names: Sequence[
         )
 
 
+@dataclass(slots=True)
+class _BatchRenderer:
+    """Renders the clones of one batch against one deadline, resolving each task's skills once."""
+
+    defn: Definition
+    prompt: str
+    variables: dict[str, Any]
+    """What every clone's templates see (``clone`` and ``model_name`` are added per clone)."""
+    deadline: float
+    clock: Callable[[], float]
+    project_path: str
+    skills: SkillCatalog | None
+    """Loaded from ``project_path`` when first needed."""
+    injected: dict[str, tuple[InjectedSkill, ...]] = field(default_factory=dict)
+    """The skills injected for each distinct rendered task."""
+
+    def render(self, clone: CloneInfo, model_name: str) -> RenderedClone:
+        ctx = {**self.variables, "clone": clone, "model_name": model_name}
+        task = render_template(
+            self.prompt,
+            ctx,
+            what=f"task prompt (clone {clone.index})",
+            deadline=self.deadline,
+            clock=self.clock,
+        )
+        body = self.defn.body
+        if self.defn.templated:
+            ctx["prompt"] = task
+            body = render_template(
+                body, ctx, what=f"body of {self.defn.name!r} (clone {clone.index})",
+                path=self.defn.path, field="body", deadline=self.deadline, clock=self.clock,
+            )  # fmt: skip
+        return RenderedClone(
+            index=clone.index,
+            task=task,
+            instructions=body,
+            skills=self._skills_of(task),
+            job_id=clone.job_id,
+        )
+
+    def _skills_of(self, task: str) -> tuple[InjectedSkill, ...]:
+        if task not in self.injected:
+            if find_skill_refs(task) and self.skills is None:
+                self.skills = load_skills(Path(self.project_path))
+            self.injected[task] = (
+                resolve_skill_refs(task, self.defn, self.skills) if self.skills is not None else ()
+            )
+        return self.injected[task]
+
+
 def render_batch(
     defn: Definition,
     *,
@@ -295,21 +330,12 @@ def render_batch(
 ) -> list[RenderedClone]:
     """Render the task (and native body) of every clone of a batch before any is launched.
 
-    Args:
-        defn: the definition the clones are made from.
-        prompt: the caller's task text (a template for every dialect).
-        count: number of clones.
-        batch_id: the batch's id (``batch_id`` in templates).
-        job_ids: one job id per clone (``clone.job_id``).
-        cwd: launch directory; project_path: the project root (``.clonefleet/skills`` lives there).
-        model_names: each clone's starting model (``model_name``).
-        variables: user variables (``--var k=v``); may not shadow built-in names.
-        available_tools, available_subagents, available_skills: names shown to templates.
-        max_tool_batch_size: shown to templates.
-        skills: the skill catalog for ``@skill:`` references; loaded from ``project_path`` when
-            ``None`` and the task references a skill.
-        current_date: ``YYYY-MM-DD`` override (default: today, fixed once for the batch).
-        clock: time source (injected by tests).
+    ``prompt`` is a template in every dialect. ``job_ids`` and ``model_names`` hold one entry per
+    clone (``clone.job_id``, ``model_name``). ``variables`` are the user's (``--var k=v``) and may
+    not shadow built-in names. ``batch_id``, ``cwd`` (the launch directory), ``project_path``, the
+    ``available_*`` names, ``max_tool_batch_size`` and ``current_date`` (``YYYY-MM-DD``, default
+    today) are shown to templates. ``@skill:`` references in a task resolve against ``skills``,
+    loaded from ``project_path``'s ``.clonefleet/skills`` when ``None``. ``clock`` is for tests.
 
     Returns:
         One :class:`RenderedClone` per clone, in index order.
@@ -319,14 +345,9 @@ def render_batch(
         DefinitionError: an ``@skill:`` reference that is denied, disabled or unresolved.
         UsageError: ``count``, ``job_ids`` and ``model_names`` disagree.
     """
-    from ._skills import find_skill_refs, load_skills, resolve_skill_refs
-
     _check_batch_args(count, job_ids, model_names)
-    user = _user_variables(variables or {})
-    started = clock()
-    batch_deadline = started + BATCH_OVERHEAD_S + PER_CLONE_S * count
-    base: dict[str, Any] = {
-        **user,
+    shown: dict[str, Any] = {
+        **_user_variables(variables or {}),
         "subagent_name": defn.name,
         "cwd": cwd,
         "project_path": project_path,
@@ -338,29 +359,11 @@ def render_batch(
         "batch_id": batch_id,
         "transclude": transclude,
     }
-    resolved: dict[str, tuple[Any, ...]] = {}
-    clones: list[RenderedClone] = []
-    for i in range(count):
-        ctx = {**base, "clone": CloneInfo(index=i, count=count, job_id=job_ids[i], number=i + 1),
-               "model_name": model_names[i]}  # fmt: skip
-        task = render_template(
-            prompt, ctx, what=f"task prompt (clone {i})", deadline=batch_deadline, clock=clock
+    deadline = clock() + BATCH_OVERHEAD_S + PER_CLONE_S * count
+    batch = _BatchRenderer(defn, prompt, shown, deadline, clock, project_path, skills)
+    return [
+        batch.render(
+            CloneInfo(index=i, count=count, job_id=job_ids[i], number=i + 1), model_names[i]
         )
-        if defn.templated:
-            ctx["prompt"] = task
-            body = render_template(
-                defn.body, ctx, what=f"body of {defn.name!r} (clone {i})", path=defn.path, field="body",
-                deadline=batch_deadline, clock=clock,
-            )  # fmt: skip
-        else:
-            body = defn.body
-        if task not in resolved:
-            if find_skill_refs(task) and skills is None:
-                skills = load_skills(Path(project_path))
-            resolved[task] = resolve_skill_refs(task, defn, skills) if skills is not None else ()
-        clones.append(
-            RenderedClone(
-                index=i, task=task, instructions=body, skills=resolved[task], job_id=job_ids[i]
-            )
-        )
-    return clones
+        for i in range(count)
+    ]

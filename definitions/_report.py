@@ -1,4 +1,4 @@
-"""The data behind ``clonefleet validate`` and ``clonefleet agents`` (SPEC §7), as plain dicts.
+"""The data behind ``clonefleet validate`` and ``clonefleet agents`` as plain dicts (docs/json.md).
 
 The CLI only parses arguments, prints these dicts (``--json``) or a table, and picks the exit
 status; everything it reports is computed here so it can be tested without a subprocess.
@@ -66,7 +66,7 @@ def validate_report(
     cwd: Path | None = None,
     config: Config | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Validate definition files and report SPEC §7's ``validate --json`` shape.
+    """Validate definition files and report the ``validate --json`` shape (docs/json.md).
 
     Args:
         paths: files or folders to validate (with ``subagents_dirs`` added); when empty, the whole

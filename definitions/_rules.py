@@ -25,6 +25,7 @@ __all__ = [
     "NativeKeys",
     "ToolLists",
     "broken_rules",
+    "check_expected_name",
     "check_name",
     "pydantic_error",
     "raise_broken",
@@ -135,6 +136,19 @@ def check_name(name: object, key: str, path: str | None, *, shipped: bool) -> st
     return name
 
 
+def check_expected_name(
+    name: str, expected: str | None, path: str | None, *, what: str, advice: str = ""
+) -> None:
+    """Raise ``name-mismatch`` when ``name`` differs from ``expected`` (``what`` names it)."""
+    if expected is not None and name != expected:
+        raise DefinitionError(
+            f"name {name!r} must equal {what} {expected!r}{advice}",
+            LoadReason.NAME_MISMATCH,
+            path,
+            "name",
+        )
+
+
 # -- tool lists -----------------------------------------------------------------------------------
 
 
@@ -223,7 +237,11 @@ def _deny_rules(tools: ToolLists, names: Mapping[str, str]) -> Iterator[Broken]:
         if tool.startswith("tag!"):
             yield ("tools-deny-tag", key, f"{tool!r}: use literal tool names, not tag! references")
         elif _is_shorthand(tool):
-            yield ("tools-deny-mcp-shorthand", key, f"{tool!r}: name full mcp__<server>__<tool> tools")
+            yield (
+                "tools-deny-mcp-shorthand",
+                key,
+                f"{tool!r}: name full mcp__<server>__<tool> tools",
+            )
         elif tool in UNDENIABLE_TOOLS:
             yield ("tools-deny-protected", key, f"{tool!r} cannot be denied")
 
@@ -248,7 +266,11 @@ def _undeferred_rules(
 
 def _model_rules(model: str | None, names: Mapping[str, str]) -> Iterator[Broken]:
     if model is not None and not model:
-        yield ("model-format", names["model"], "`model` must not be empty; omit it for the default group")
+        yield (
+            "model-format",
+            names["model"],
+            "`model` must not be empty; omit it for the default group",
+        )
     elif model is not None and model.startswith("@mg:") and not model[4:].strip():
         yield ("model-format", names["model"], "`@mg:` must be followed by a model group name")
 

@@ -1,9 +1,10 @@
 """Skills: discovery of ``<folder>/<name>/SKILL.md``, a subagent's access policy, ``@skill:`` refs.
 
-Skill folders are layered like definition folders (SPEC §2.5): ``$XDG_CONFIG_HOME/clonefleet/
-skills``, each extra folder given, then the project's ``.clonefleet/skills``, later replacing
-earlier by name. Access is decided by the *subagent's* ``skills_allow``/``skills_deny`` only.
-Injection into a clone's context is the agent loop's job; this module returns what to inject.
+Skill folders are layered like definition folders (docs/definitions.md):
+``$XDG_CONFIG_HOME/clonefleet/skills``, each extra folder given, then the project's
+``.clonefleet/skills``, later replacing earlier by name. Access is decided by the *subagent's*
+``skills_allow``/``skills_deny`` only. Injection into a clone's context is the agent loop's job;
+this module returns what to inject.
 """
 
 from __future__ import annotations
@@ -110,13 +111,14 @@ def _load_skill(folder: Path, skill_md: Path) -> Skill:
 
 def _skill_file(entry: Path, follow: bool) -> Path | None:
     try:
-        for child in os.scandir(entry):
-            if (
-                child.name.lower() == "skill.md"
-                and (follow or not child.is_symlink())
-                and child.is_file()
-            ):
-                return entry / child.name
+        with os.scandir(entry) as children:
+            for child in children:
+                if (
+                    child.name.lower() == "skill.md"
+                    and (follow or not child.is_symlink())
+                    and child.is_file()
+                ):
+                    return entry / child.name
     except OSError:
         return None
     return None

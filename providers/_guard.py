@@ -26,7 +26,7 @@ __all__ = [
 BLOCK_LIVE_ENV = "CLONEFLEET_BLOCK_LIVE"
 
 # ---------------------------------------------------------------------------------------------
-# The live-request guard (STYLE §3): tests turn it off; loopback hosts are always allowed, so the
+# The live-request guard: tests turn it off; loopback hosts are always allowed, so the
 # local simulated server (`clonefleet provider serve`) stays reachable from tests.
 
 _live_override: bool | None = None

@@ -7,28 +7,26 @@ from ._batch import BatchRequest as BatchRequest
 from ._batch import check_count as check_count
 from ._batch import plan_specs as plan_specs
 from ._batch import resolve_tools as resolve_tools
-from ._core import LEVELS as LEVELS
-from ._core import BatchSubmission as BatchSubmission
-from ._core import HostLike as HostLike
 from ._core import SchedulerCore as SchedulerCore
-from ._core import choose_clones_per_actor as choose_clones_per_actor
+from ._hosts import HostFactory as HostFactory
+from ._hosts import HostLike as HostLike
+from ._hosts import choose_clones_per_actor as choose_clones_per_actor
 from ._state import TERMINAL as TERMINAL
 from ._state import TRANSITIONS as TRANSITIONS
+from ._state import BatchSubmission as BatchSubmission
 from ._state import JobRecord as JobRecord
-from ._state import JobState as JobState
 from ._state import display_name as display_name
 from ._state import new_batch_id as new_batch_id
 from ._state import new_job_id as new_job_id
 
 __all__ = [
-    "LEVELS",
     "TERMINAL",
     "TRANSITIONS",
     "BatchRequest",
     "BatchSubmission",
+    "HostFactory",
     "HostLike",
     "JobRecord",
-    "JobState",
     "SchedulerCore",
     "check_count",
     "choose_clones_per_actor",

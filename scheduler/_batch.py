@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ..actors import CloneSpec
-from ..vocab import WORK_TOOLS, canonical_tool
 from ..config import Config
 from ..definitions import (
     DEFAULT_EXIT_SCHEMA,
@@ -25,6 +24,7 @@ from ..definitions import (
 )
 from ..errors import ConfigError, UsageError
 from ..providers import SimScript
+from ..vocab import WORK_TOOLS, canonical_tool
 
 __all__ = ["BatchRequest", "check_count", "plan_specs", "resolve_tools"]
 
@@ -101,6 +101,58 @@ def _launch_dir(req: BatchRequest, caller_cwd: Path) -> Path:
     return target
 
 
+class _FromDefinition(TypedDict):
+    """The fields of a clone spec that its definition alone decides."""
+
+    agent: str
+    undeferred_tools: tuple[str, ...]
+    exit_schema: dict[str, Any]
+    exit_schema_declared: bool
+    max_turns: int
+    max_tokens: int | None
+    warnings: tuple[str, ...]
+    allow_subagent_spawn: bool
+    available_skills: tuple[tuple[str, str, str], ...]
+
+
+def _from_definition(defn: Definition, skills: SkillCatalog | None) -> _FromDefinition:
+    # The skills the definition's own policy lets the model load with the `skill` tool.
+    loadable = tuple(
+        (sk.name, sk.description, sk.body)
+        for sk in (skills.skills.values() if skills is not None else ())
+        if skill_allowed(defn, sk.name) and not sk.disable_model_invocation
+    )
+    return _FromDefinition(
+        agent=defn.name,
+        undeferred_tools=tuple(defn.undeferred_tools),
+        exit_schema=defn.exit_tool_schema or DEFAULT_EXIT_SCHEMA,
+        exit_schema_declared=defn.exit_tool_schema is not None,
+        max_turns=defn.max_turns or 50,
+        max_tokens=defn.max_tokens,
+        warnings=tuple(defn.warnings),
+        allow_subagent_spawn=defn.allow_subagent_spawn,
+        available_skills=loadable,
+    )
+
+
+def _model_keys(
+    req: BatchRequest, defn: Definition, config: Config
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The candidates (``--model`` or the definition's) and fallbacks, each checked to resolve.
+
+    Raises:
+        UsageError: a model, alias or group the config does not know.
+    """
+    try:
+        candidates = config.model_candidates(req.model or defn.model)
+        fallbacks = tuple(defn.fallback_models)
+        for key in (*candidates, *fallbacks):
+            config.resolve_model(key)
+    except ConfigError as exc:
+        raise UsageError(f"{req.agent}: {exc.message}") from None
+    return candidates, fallbacks
+
+
 def plan_specs(
     req: BatchRequest,
     catalog: Catalog,
@@ -123,14 +175,7 @@ def plan_specs(
         raise UsageError("one job id per clone is needed")
     defn = catalog.get(req.agent)
     launch = _launch_dir(req, caller_cwd)
-    try:
-        candidates = config.model_candidates(req.model or defn.model)
-        fallbacks = tuple(defn.fallback_models)
-        for key in (*candidates, *fallbacks):
-            config.resolve_model(key)
-    except ConfigError as exc:
-        raise UsageError(f"{req.agent}: {exc.message}") from None
-    starts = [i % len(candidates) for i in range(count)]
+    candidates, fallbacks = _model_keys(req, defn, config)
     tools = resolve_tools(defn, caller_tools)
     rendered = render_batch(
         defn,
@@ -140,46 +185,31 @@ def plan_specs(
         job_ids=job_ids,
         cwd=str(launch),
         project_path=str(caller_cwd),
-        model_names=[candidates[s] for s in starts],
+        model_names=[candidates[i % len(candidates)] for i in range(count)],
         variables=dict(req.variables),
         available_tools=list(tools),
         available_subagents=[d.name for d in catalog.listed()],
         available_skills=skills.names() if skills is not None else (),
         skills=skills,
     )
-    schema = defn.exit_tool_schema or DEFAULT_EXIT_SCHEMA
-    loadable = tuple(
-        (sk.name, sk.description, sk.body)
-        for sk in (skills.skills.values() if skills is not None else ())
-        if skill_allowed(defn, sk.name) and not sk.disable_model_invocation
-    )
+    from_definition = _from_definition(defn, skills)
     return tuple(
         CloneSpec(
             job_id=job_ids[r.index],
             batch_id=batch_id,
-            agent=defn.name,
             clone_index=r.index,
             clone_count=count,
             instructions=r.instructions,
             task=r.task,
             skills=tuple((s.name, s.body) for s in r.skills),
             tools=tools,
-            undeferred_tools=tuple(defn.undeferred_tools),
-            exit_schema=schema,
-            exit_schema_declared=defn.exit_tool_schema is not None,
             candidates=tuple(candidates),
-            start=starts[r.index],
+            start=r.index % len(candidates),  # clone index mod group size
             fallbacks=fallbacks,
-            max_turns=defn.max_turns or 50,
-            max_tokens=defn.max_tokens,
             cwd=str(launch),
-            config=config,
-            sim_script=None,
-            warnings=tuple(defn.warnings),
             parent=req.parent,
             depth=req.depth,
-            allow_subagent_spawn=defn.allow_subagent_spawn,
-            available_skills=loadable,
+            **from_definition,
         )
         for r in rendered
     )

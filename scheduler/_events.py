@@ -83,9 +83,7 @@ class EventLog:
         self._log.append((frozenset(chain), event["type"], env))
         self._pulse.fire()
 
-    async def read(
-        self, ids: set[str] | None, cursor: int, level: str, wait_s: float
-    ) -> EventPage:
+    async def read(self, ids: set[str] | None, cursor: int, level: str, wait_s: float) -> EventPage:
         """Events of ``ids`` (and their descendants; ``None`` = every job) after ``cursor`` at
         ``level``, waiting up to ``wait_s`` for one when there is none yet.
 

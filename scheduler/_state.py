@@ -1,4 +1,4 @@
-"""Job states, the allowed transitions, and the job record (pure, no Ray).
+"""The allowed transitions of job states, the job record and the batch submission (pure data).
 
 A job moves ``reserved → running → completed|failed|cancelled`` (or straight from ``reserved``
 to ``cancelled``/``failed``); terminal states never change again, so every job reaches exactly
@@ -12,19 +12,25 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..actors import CloneSpec
+from ..config import Config
+from ..definitions import Catalog, SkillCatalog
 from ..errors import UsageError
-from ..vocab import JobState, run_record
+from ..providers import SimScript
+from ..vocab import RUN_RECORD_FIELDS, JobState, run_record
 
 __all__ = [
     "TERMINAL",
     "TRANSITIONS",
+    "BatchSubmission",
     "JobRecord",
-    "JobState",
     "display_name",
     "new_batch_id",
     "new_job_id",
 ]
 
+
+_STATUS_FIELDS = tuple(name for name in RUN_RECORD_FIELDS if name != "result")
 
 TERMINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
@@ -113,41 +119,58 @@ class JobRecord:
             if key in result:
                 setattr(self, key, result[key])
         self.turns = result.get("turns", self.turns)
-        self.concerns = list(result.get("concerns") or [])
-        self.warnings = list(result.get("warnings") or self.warnings)
+        self.concerns = list(result.get("concerns", self.concerns) or [])
+        self.warnings = list(result.get("warnings", self.warnings) or [])
         self.usage = dict(result.get("usage") or self.usage)
         self.model = result.get("model") or self.model
 
     def status(self) -> dict[str, Any]:
-        """The ``job_status`` view."""
-        return {
-            "job_id": self.job_id,
-            "batch_id": self.batch_id,
-            "agent": self.agent,
-            "clone_index": self.clone_index,
-            "display_name": display_name(self.agent, self.clone_index),
+        """The ``job_status`` view: every field of the run record but the result (which may be
+        large), then where the job runs, its progress and its times."""
+        own = {
             "status": str(self.state),
-            "outcome": self.outcome,
-            "stop_reason": self.stop_reason,
-            "error": self.error,
-            "detail": self.detail,
-            "model": self.model,
-            "turns": self.turns,
             "usage": dict(self.usage),
-            "progress": self.progress,
-            "parent": self.parent,
-            "host": self.host_id,
-            "node": self.node,
             "concerns": list(self.concerns),
-            "salvaged": self.salvaged,
-            "nonconforming": self.nonconforming,
             "warnings": list(self.warnings),
-            "created_at": self.created_at,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
         }
+        view = {name: own[name] if name in own else getattr(self, name) for name in _STATUS_FIELDS}
+        view.update(
+            display_name=display_name(self.agent, self.clone_index),
+            detail=self.detail,
+            progress=self.progress,
+            parent=self.parent,
+            host=self.host_id,
+            node=self.node,
+            created_at=self.created_at,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+        )
+        return view
 
     def run_record(self, **overrides: Any) -> dict[str, Any]:
         """The job's ``run --json`` record (meaningful once terminal; ``docs/json.md``), with
         ``overrides`` in place of the job's own fields."""
         return run_record(self, **{"status": self.state, **overrides})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchSubmission:
+    """A fully rendered batch, ready to start."""
+
+    batch_id: str
+    specs: tuple[CloneSpec, ...]
+    config: Config
+    sim_script: SimScript | None = None
+    clones_per_actor: int | None = None
+    """Clones per host actor; ``None`` = chosen automatically."""
+    max_concurrency: int | None = None
+    """Jobs of this batch running at once; ``None`` = no per-batch cap."""
+    subagents_dirs: tuple[str, ...] = ()
+    """``--subagents-dir`` entries, reused when a clone of this batch spawns subagents."""
+    project_path: str | None = None
+    """The submitting caller's directory (where ``.clonefleet/subagents/`` is looked up)."""
+    catalog: Catalog | None = None
+    """The caller's definitions as loaded at submission: nested spawns of this batch use them,
+    so a remote cluster never needs the caller's files."""
+    skills: SkillCatalog | None = None
+    """The caller's skills, likewise."""

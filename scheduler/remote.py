@@ -17,25 +17,38 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..actors import CloneSpec
 from ..actors.remote import CloneHost
+from ..cluster import NAMESPACE, SCHEDULER_NAME
 from ..config import Config
+from ..control import (
+    BlockResult,
+    EventPage,
+    JobControl,
+    JobListing,
+    JobStatus,
+    RunRecord,
+    Submitted,
+)
 from ..providers import SimScript
-from ._core import BatchSubmission, SchedulerCore
+from ._core import SchedulerCore
+from ._state import BatchSubmission
 
 __all__ = ["SCHEDULER_NAME", "NAMESPACE", "RayHost", "SchedulerActor", "get_or_create_scheduler"]
-
-from ..cluster import NAMESPACE, SCHEDULER_NAME
 
 
 class RayHost:
     """A :class:`~clonefleet.scheduler._core.HostLike` backed by a clone-host actor."""
 
-    def __init__(self, host_id: str, control: object = None, *, node_id: str | None = None) -> None:
+    def __init__(
+        self, host_id: str, control: JobControl | None = None, *, node_id: str | None = None
+    ) -> None:
         # ``control`` is the core's in-process job control; an actor host reaches the
         # scheduler actor by name instead (see clonefleet.actors.remote.SchedulerControl).
         self.host_id = host_id
         strategy: Any = "SPREAD"
         if node_id is not None:
-            # Soft affinity: placed on the chosen node while it lives, anywhere otherwise.
+            # Hard affinity: the host runs on the chosen node or not at all. When that node has
+            # died the host's calls fail, and the core moves its jobs to a fresh host once
+            # (SchedulerCore._start_on).
             strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
         self._host = CloneHost.create(host_id, options={"scheduling_strategy": strategy})
         self._node: str | None = None
@@ -59,12 +72,17 @@ class RayHost:
     async def close(self) -> None:
         # A finished host's process is freed at once: a batch of thousands must not keep idle
         # Python processes around.
+        self.kill()
+
+    def kill(self) -> None:
+        """End the host actor's process now (its running clones die with it)."""
         self._host.kill()
 
 
-@ray.remote(num_cpus=0, max_concurrency=1000)
 class SchedulerActor:
-    """Owns the fleet's job table; every method forwards to the core."""
+    """Owns the fleet's job table; the :class:`~clonefleet.control.JobControl` methods forward
+    to the core. A Ray actor (see :func:`get_or_create_scheduler`): one per cluster, named and
+    detached."""
 
     def __init__(self, max_concurrency: int | None = None, warm_hosts: int | None = None) -> None:
         # The job table and event log hold hundreds of thousands of small objects in a big batch;
@@ -90,7 +108,7 @@ class SchedulerActor:
             self._core.cpus = int(sum(n["Resources"]["CPU"] for n in alive)) or 1
             self._core.nodes = len(alive) or 1
 
-    def _host(self, host_id: str, control: object) -> RayHost:
+    def _host(self, host_id: str, control: JobControl) -> RayHost:
         """Hosts go round-robin over the alive nodes with CPUs, so a batch covers every node."""
         self._refresh_nodes()
         node = self._nodes[self._next % len(self._nodes)] if self._nodes else None
@@ -110,62 +128,85 @@ class SchedulerActor:
         self._c()  # creating the core warms the host pool while the caller renders its batch
         return "ok"
 
-    async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> dict[str, Any]:
-        return await self._c().spawn_nested(request, parent_job_id)
-
-    async def submit(self, sub: BatchSubmission) -> dict[str, Any]:
+    async def submit(self, sub: BatchSubmission) -> Submitted:
         core = self._c()
         self._refresh_nodes()  # a batch sizes its hosts from the cluster as it is now
         return core.submit(sub)
 
-    async def job_status(self, job_id: str) -> dict[str, Any]:
-        return self._c().job_status(job_id)
+    async def warm_ready(self) -> int:
+        return await self._c().warm_ready()
 
-    async def job_result(self, job_id: str) -> dict[str, Any]:
-        return self._c().job_result(job_id)
+    async def kill_host_of(self, job_id: str) -> bool:
+        """Fault injection for tests and chaos drills: kill the actor hosting ``job_id``."""
+        host = self._c().hosts.host_of(job_id)
+        if not isinstance(host, RayHost):
+            return False
+        host.kill()
+        return True
 
-    async def job_cancel(self, job_id: str) -> dict[str, Any]:
+    # -- clonefleet.control.JobControl ----------------------------------------------------
+    async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> Submitted:
+        return await self._c().spawn_nested(request, parent_job_id)
+
+    async def job_status(self, job_id: str) -> JobStatus:
+        return await self._c().job_status(job_id)
+
+    async def job_result(self, job_id: str) -> RunRecord:
+        return await self._c().job_result(job_id)
+
+    async def job_cancel(self, job_id: str) -> JobStatus:
         return await self._c().job_cancel(job_id)
 
-    async def cancel_many(self, ids: list[str]) -> int:
+    async def cancel_many(self, ids: Sequence[str]) -> int:
         return await self._c().cancel_many(ids)
 
     async def job_block(
         self,
-        job_ids: list[str],
+        job_ids: Sequence[str],
         wait_seconds: float | None = None,
         timeout_seconds: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> BlockResult:
         return await self._c().job_block(job_ids, wait_seconds, timeout_seconds)
 
-    async def warm_ready(self) -> int:
-        return await self._c().warm_ready()
-
-    async def remaining(self, ids: list[str], wait_seconds: float = 0.0) -> int:
+    async def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
         return await self._c().remaining(ids, wait_seconds)
 
-    async def list_jobs(self, **filters: Any) -> dict[str, Any]:
-        return self._c().list_jobs(**filters)
+    async def list_jobs(
+        self,
+        *,
+        status: str | None = None,
+        batch: str | None = None,
+        agent: str | None = None,
+        parent: str | None = None,
+    ) -> JobListing:
+        return await self._c().list_jobs(status=status, batch=batch, agent=agent, parent=parent)
 
-    async def expand(self, ids: list[str]) -> list[str]:
-        return self._c().expand(ids)
+    async def expand(self, ids: Sequence[str]) -> list[str]:
+        return await self._c().expand(ids)
 
-    async def events(self, **kwargs: Any) -> dict[str, Any]:
-        return await self._c().events(**kwargs)
+    async def events(
+        self,
+        target: str | None = None,
+        *,
+        cursor: int = 0,
+        level: str = "lifecycle",
+        wait_s: float = 0.0,
+    ) -> EventPage:
+        return await self._c().events(target, cursor=cursor, level=level, wait_s=wait_s)
 
-    async def kill_host_of(self, job_id: str) -> bool:
-        """Fault injection for tests and chaos drills: kill the actor hosting ``job_id``."""
-        host = self._c()._job_host.get(job_id)
-        if host is None:
-            return False
-        host._host.kill()
-        return True
+
+_SCHEDULER_ACTOR = ray.remote(SchedulerActor)
 
 
 def get_or_create_scheduler(
     max_concurrency: int | None = None, warm_hosts: int | None = None
 ) -> Any:
     """The fleet's scheduler actor handle, created detached on first use."""
-    return SchedulerActor.options(
-        name=SCHEDULER_NAME, namespace=NAMESPACE, lifetime="detached", get_if_exists=True
+    return _SCHEDULER_ACTOR.options(
+        num_cpus=0,
+        max_concurrency=1000,
+        name=SCHEDULER_NAME,
+        namespace=NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
     ).remote(max_concurrency, warm_hosts)

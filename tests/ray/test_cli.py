@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+
+from clonefleet.vocab import RUN_RECORD_FIELDS
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -21,26 +20,13 @@ You are echoer clone {{ clone.index }} of {{ clone.count }}. Task: {{ prompt }}
 """
 
 
-def clonefleet(*args: str, cwd, timeout: float = 150) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
-    env.pop("RAY_ADDRESS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "clonefleet", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
-
-
-def test_run_json_prints_one_record_per_job_for_a_project_definition(tmp_path):
+def test_run_json_prints_one_record_per_job_for_a_project_definition(cli_run, tmp_path):
     agents = tmp_path / ".clonefleet" / "subagents"
     agents.mkdir(parents=True)
     (agents / "echoer.md").write_text(PROJECT_AGENT)
     script = tmp_path / "script.yaml"
     script.write_text("clones:\n  2:\n    - {error: 503}\n    - {text: plain final answer}\n")
-    out = clonefleet(
+    out = cli_run(
         "run",
         "echoer",
         "--prompt",
@@ -55,25 +41,7 @@ def test_run_json_prints_one_record_per_job_for_a_project_definition(tmp_path):
     assert out.returncode == 0, out.stderr
     records = [json.loads(line) for line in out.stdout.splitlines()]
     assert len(records) == 3
-    fields = {
-        "job_id",
-        "batch_id",
-        "agent",
-        "clone_index",
-        "status",
-        "stop_reason",
-        "outcome",
-        "result",
-        "salvaged",
-        "nonconforming",
-        "concerns",
-        "warnings",
-        "error",
-        "model",
-        "turns",
-        "usage",
-    }
-    assert all(set(r) == fields for r in records)
+    assert all(tuple(r) == RUN_RECORD_FIELDS for r in records)
     by_index = {r["clone_index"]: r for r in records}
     assert sorted(by_index) == [0, 1, 2] and len({r["job_id"] for r in records}) == 3
     assert all(r["agent"] == "echoer" and r["status"] == "completed" for r in records)
@@ -82,10 +50,10 @@ def test_run_json_prints_one_record_per_job_for_a_project_definition(tmp_path):
     assert "exec: progress " in out.stderr
 
 
-def test_run_exits_1_when_a_job_fails(tmp_path):
+def test_run_exits_1_when_a_job_fails(cli_run, tmp_path):
     script = tmp_path / "script.yaml"
     script.write_text("clones:\n  0:\n    - {error: 401}\n    - {error: 401}\n")
-    out = clonefleet(
+    out = cli_run(
         "run",
         "general-purpose",
         "--prompt",
@@ -119,15 +87,15 @@ def test_run_exits_1_when_a_job_fails(tmp_path):
         (["run", "general-purpose", "--prompt", "x", "--model", "no-such-model"], "no-such-model"),
     ],
 )
-def test_usage_errors_exit_2_and_start_nothing(tmp_path, args, message):
-    out = clonefleet(*args, cwd=tmp_path, timeout=60)
+def test_usage_errors_exit_2_and_start_nothing(cli_run, tmp_path, args, message):
+    out = cli_run(*args, cwd=tmp_path, timeout=60)
     assert out.returncode == 2
     assert message in out.stderr
     assert "Ray" not in out.stderr and out.stdout == ""
 
 
-def test_run_without_json_prints_plain_progress_and_a_summary(tmp_path):
-    out = clonefleet("run", "researcher", "--prompt", "look around", "--count", "2", cwd=tmp_path)
+def test_run_without_json_prints_plain_progress_and_a_summary(cli_run, tmp_path):
+    out = cli_run("run", "researcher", "--prompt", "look around", "--count", "2", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "clonefleet: 2/2 done" in out.stderr  # not a terminal: plain progress lines
     assert "exec: progress " in out.stderr

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
@@ -13,25 +11,13 @@ pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture
-def cli(tmp_path):
-    env = {
-        **os.environ,
-        "CLONEFLEET_STATE_DIR": str(tmp_path / "state"),
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-    }
-    env.pop("RAY_ADDRESS", None)
+def cli(cli_run, tmp_path):
+    env = {"CLONEFLEET_STATE_DIR": str(tmp_path / "state")}
     work = tmp_path / "work"
     work.mkdir()
 
     def run(*args: str, timeout: float = 150) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "clonefleet", *args],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return cli_run(*args, cwd=work, timeout=timeout, env=env)
 
     yield run, work
     run("cluster", "down", timeout=90)

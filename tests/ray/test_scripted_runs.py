@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -68,30 +67,17 @@ clones:
 """
 
 
-def clonefleet(*args: str, cwd: Path, timeout: float = 150) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
-    env.pop("RAY_ADDRESS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "clonefleet", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
-
-
 def records(out: subprocess.CompletedProcess[str]) -> dict[int, dict]:
     parsed = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
     return {r["clone_index"]: r for r in parsed}
 
 
-def test_scripted_batch_ends_each_clone_as_its_script_says(tmp_path):
+def test_scripted_batch_ends_each_clone_as_its_script_says(cli_run, tmp_path):
     agents = tmp_path / ".clonefleet" / "subagents"
     agents.mkdir(parents=True)
     (agents / "reporter.md").write_text(REPORTER)
     (tmp_path / "script.yaml").write_text(SCRIPT)
-    out = clonefleet(
+    out = cli_run(
         "run",
         "reporter",
         "--prompt",
@@ -195,33 +181,35 @@ def _free_port() -> int:
 def provider_serve(*extra: str, cwd: Path) -> Iterator[int]:
     """`clonefleet provider serve` on a free loopback port, ready when `GET /v1/models` answers."""
     port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "clonefleet", "provider", "serve", "--port", str(port), *extra],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, f"provider serve exited: {proc.communicate()[1]}"
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "provider serve did not become ready"
-            time.sleep(0.05)
-        yield port
-    finally:
-        proc.send_signal(signal.SIGTERM)
+    command = [sys.executable, "-m", "clonefleet", "provider", "serve", "--port", str(port)]
+    # As a context manager the process's pipes are closed on the way out.
+    with subprocess.Popen(
+        [*command, *extra], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
         try:
-            assert proc.wait(timeout=10) == 0
+            _wait_until_serving(proc, port)
+            yield port
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                assert proc.wait(timeout=10) == 0
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+
+
+def _wait_until_serving(proc: subprocess.Popen[str], port: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        assert proc.poll() is None, f"provider serve exited: {proc.communicate()[1]}"
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "provider serve did not become ready"
+        time.sleep(0.05)
 
 
 def write_config(tmp_path: Path, port: int) -> Path:
@@ -240,10 +228,10 @@ model_groups:
     return cfg
 
 
-def test_openai_provider_completes_a_batch_over_real_http(tmp_path):
+def test_openai_provider_completes_a_batch_over_real_http(cli_run, tmp_path):
     with provider_serve(cwd=tmp_path) as port:
         cfg = write_config(tmp_path, port)
-        out = clonefleet(
+        out = cli_run(
             "run",
             "general-purpose",
             "--prompt",
@@ -281,12 +269,12 @@ clones:
 """
 
 
-def test_openai_provider_fault_modes_end_in_retry_failover_or_a_clear_failure(tmp_path):
+def test_openai_provider_fault_modes_end_in_retry_failover_or_a_clear_failure(cli_run, tmp_path):
     (tmp_path / "faults.yaml").write_text(FAULTS)
     started = time.monotonic()
     with provider_serve("--script", "faults.yaml", cwd=tmp_path) as port:
         cfg = write_config(tmp_path, port)
-        out = clonefleet(
+        out = cli_run(
             "run",
             "general-purpose",
             "--prompt",

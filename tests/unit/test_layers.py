@@ -27,14 +27,33 @@ PACKAGES = ("actors", "scheduler", "definitions", "providers", "cluster", "testi
 
 ALLOWED: dict[str, set[str]] = {
     "vocab": set(),
+    "control": set(),
     "errors": {"vocab"},
     "config": {"errors", "vocab"},
     "definitions": {"errors", "config", "vocab"},
     "providers": {"errors", "config", "vocab"},
-    "actors": {"errors", "config", "vocab", "providers", "cluster"},
-    "scheduler": {"errors", "config", "vocab", "providers", "actors", "definitions", "cluster"},
+    "actors": {"errors", "config", "vocab", "control", "providers", "cluster"},
+    "scheduler": {
+        "errors",
+        "config",
+        "vocab",
+        "control",
+        "providers",
+        "actors",
+        "definitions",
+        "cluster",
+    },
     "cluster": {"errors", "config", "vocab"},
-    "testing": {"errors", "config", "vocab", "providers", "actors", "definitions", "scheduler"},
+    "testing": {
+        "errors",
+        "config",
+        "vocab",
+        "control",
+        "providers",
+        "actors",
+        "definitions",
+        "scheduler",
+    },
 }
 """Which top-level parts of clonefleet each part may import (itself always allowed)."""
 

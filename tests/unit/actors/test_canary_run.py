@@ -73,7 +73,7 @@ async def test_canary_key_stays_out_of_a_failing_run(echo_server, monkeypatch, c
     )
     host = HostCore()
     try:
-        host.start([make_spec(candidates=("ma", "mb"), config=config)], config)
+        host.start([make_spec(candidates=("ma", "mb"))], config)
         events: list[dict] = []
         async with asyncio.timeout(20):
             while not any(e["event"]["type"] == EventType.FINAL for e in events):

@@ -1,4 +1,4 @@
-"""SPEC §2.6 exit handling, through the judge and through whole clone runs (no Ray, no network)."""
+"""Exit handling (docs/definitions.md), through the judge and through whole clone runs (no Ray, no network)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from clonefleet.actors import (
     classify,
     schema_errors,
 )
+from clonefleet.definitions import DEFAULT_EXIT_SCHEMA
 from clonefleet.errors import DefinitionError
-from clonefleet.vocab import Outcome, StopReason
 from clonefleet.testing import ScriptedModel, call, make_spec, reply
+from clonefleet.vocab import Outcome, StopReason
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -47,6 +48,18 @@ STATUS_SCHEMA = {
         ({}, Outcome.SUCCESS),
         (["not", "an", "object"], Outcome.SUCCESS),
         ({"status": " done"}, " done"),  # no trimming: only case is normalised
+        ({"success": False, "kind": "done"}, Outcome.FAILURE),
+        ({"success": "yes", "status": "done"}, Outcome.SUCCESS),  # a non-boolean success is skipped
+        ({"kind": "OK", "status": "failed"}, Outcome.SUCCESS),
+        ({"outcome": "Failed"}, Outcome.FAILURE),
+        ({"status": "canceled"}, Outcome.CANCELLED),
+        ({"status": "cancel"}, Outcome.CANCELLED),
+        ({"status": "Completed"}, Outcome.SUCCESS),
+        ({"status": "error"}, Outcome.FAILURE),
+        ({"kind": 3, "status": "failed"}, Outcome.SUCCESS),
+        ({"outcome": None, "status": "failed"}, Outcome.SUCCESS),
+        ({"summary": "no status"}, Outcome.SUCCESS),
+        ({"status": "weird"}, "weird"),
     ],
 )
 def test_status_normalisation_table(payload, expected):
@@ -82,6 +95,19 @@ def test_identical_schema_failures_trip_the_breaker_too():
     judge = ExitJudge(STATUS_SCHEMA)
     verdicts = [judge.judge({"summary": "same"}).verdict for _ in range(3)]
     assert verdicts == [Verdict.RETRY, Verdict.RETRY, Verdict.BREAK]
+
+
+def test_other_activity_restarts_the_breakers_count():
+    judge = ExitJudge(STATUS_SCHEMA)
+    assert [judge.judge({"summary": 1}).verdict for _ in range(2)] == [Verdict.RETRY] * 2
+    judge.note_other_activity()
+    verdicts = [judge.judge({"summary": 1}).verdict for _ in range(3)]
+    assert verdicts == [Verdict.RETRY, Verdict.RETRY, Verdict.BREAK]
+
+
+def test_a_payload_that_fits_the_default_schema_is_accepted():
+    decision = ExitJudge(DEFAULT_EXIT_SCHEMA).judge({"success": True, "summary": "x"})
+    assert decision.verdict is Verdict.ACCEPT and decision.outcome is Outcome.SUCCESS
 
 
 def test_alternating_failing_payloads_never_trip_the_breaker():

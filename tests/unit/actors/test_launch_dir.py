@@ -1,5 +1,5 @@
 """The launch directory of a batch: the caller's directory, or a given `cwd` that must exist and,
-outside the caller's directory, needs explicit approval (SPEC §3)."""
+outside the caller's directory, needs explicit approval (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from typing import Literal
 import pytest
 
 from clonefleet.actors import Clone, ToolContext, tool_from_function
+from clonefleet.errors import ToolRetry
 from clonefleet.providers import ToolCall
 from clonefleet.testing import FunctionModel, ScriptedModel, call, make_spec, reply
 from clonefleet.vocab import StopReason
@@ -78,12 +79,19 @@ def test_star_args_are_rejected():
         tool_from_function(variadic)
 
 
-def test_function_tool_pickles_with_its_spec():
+def test_function_tool_pickles_with_its_spec_but_not_its_cached_argument_model():
     tool = tool_from_function(lookup)
-    assert tool.run.model() is not None  # build the cache; it must not travel
-    copy = pickle.loads(pickle.dumps(tool))
+    cached = tool.run.model()  # tool_from_function built the cache already; it must not travel
+    assert cached is tool.run.model() and cached.__name__ == "lookup_arguments"
+    data = pickle.dumps(tool)
+    assert cached.__name__.encode() not in data
+    copy = pickle.loads(data)
     assert copy.spec == tool.spec
     assert asyncio.run(copy.run({"key": "k"}, ToolContext(root="/"))) == json.dumps(lookup("k"))
+    # The copy rebuilt its own argument model and still validates with it.
+    assert copy.run.model() is not cached
+    with pytest.raises(ToolRetry, match="invalid arguments for lookup: mode"):
+        asyncio.run(copy.run({"key": "k", "mode": "slow"}, ToolContext(root="/")))
 
 
 async def test_function_tools_validate_arguments_inject_context_and_report_failures(tmp_path):
@@ -144,6 +152,7 @@ async def test_tool_search_lists_deferred_tools_and_loads_them_by_keyword_or_sel
     )
     model = ScriptedModel(
         [
+            reply("", call("shout", "c0", text="early")),
             reply("", call("tool_search", "c1", query="zebra")),
             reply("", call("tool_search", "c2", query="catalogue")),
             reply("", call("tool_search", "c3", query="select:shout")),
@@ -152,7 +161,13 @@ async def test_tool_search_lists_deferred_tools_and_loads_them_by_keyword_or_sel
         ]
     )
     await Clone(spec, model).run()
-    first = model.calls[0]
+    model.assert_complete()
+    # A deferred tool called before tool_search loaded it is an error and does not run.
+    early = model.calls[1].messages[-1]
+    assert early.is_error and "it is deferred: load it with tool_search" in early.content
+    assert "EARLY" not in early.content
+    calls = model.calls[1:]  # the requests from the first tool_search on
+    first = calls[0]
     assert "Deferred tools (load with tool_search): lookup, shout" in first.messages[0].content
     assert {t.name for t in first.tools} == {
         "file_read",
@@ -160,16 +175,16 @@ async def test_tool_search_lists_deferred_tools_and_loads_them_by_keyword_or_sel
         "exit_tool",
         "tool_search",
     }
-    assert "no deferred tool matches" in model.calls[1].messages[-1].content
-    found = json.loads(model.calls[2].messages[-1].content)
+    assert "no deferred tool matches" in calls[1].messages[-1].content
+    found = json.loads(calls[2].messages[-1].content)
     assert [f["name"] for f in found] == ["lookup"] and found[0]["parameters"]["required"] == [
         "key"
     ]
-    assert "lookup" in {t.name for t in model.calls[2].tools} and "shout" not in {
-        t.name for t in model.calls[2].tools
+    assert "lookup" in {t.name for t in calls[2].tools} and "shout" not in {
+        t.name for t in calls[2].tools
     }
-    assert model.calls[4].messages[-1].content == "NOW"
-    assert "tool_search" not in {t.name for t in model.calls[4].tools}  # nothing left to find
+    assert calls[4].messages[-1].content == "NOW"
+    assert "tool_search" not in {t.name for t in calls[4].tools}  # nothing left to find
 
 
 async def test_switch_facet_is_never_offered_and_a_call_is_an_error_the_run_survives():
@@ -316,3 +331,4 @@ async def test_requested_cancel_is_absorbed_so_an_outer_timeout_still_works():
     task.cancel()
     result, cancelling = await task
     assert result.stop_reason is StopReason.CANCELLED and cancelling == 0
+    assert result.error == "Error: subagent run was cancelled"

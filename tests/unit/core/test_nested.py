@@ -53,7 +53,10 @@ def spawn_step(child: str, count: int = 1, background: bool = False) -> dict:
     }
 
 
-def start(core: SchedulerCore, cwd: Path, script: dict, *, max_depth: int = 3) -> dict:
+def start(tmp_path: Path, script: dict, *, max_depth: int = 3) -> tuple[SchedulerCore, str]:
+    """A core running one ``root`` job of the project in ``tmp_path``; returns it and the job."""
+    cwd = project(tmp_path)
+    core = SchedulerCore(LocalHost)
     config = Config(limits={"max_depth": max_depth})
     batch_id, ids = core.reserve_ids(1)
     catalog = load_catalog(cwd, (), config)
@@ -72,7 +75,7 @@ def start(core: SchedulerCore, cwd: Path, script: dict, *, max_depth: int = 3) -
         sim_script=SimScript.from_data(script),
         project_path=str(cwd),
     )
-    return core.submit(sub)
+    return core, core.submit(sub)["job_ids"][0]
 
 
 def exit_step(summary: str) -> dict:
@@ -81,28 +84,25 @@ def exit_step(summary: str) -> dict:
 
 @pytest.mark.timeout(30)
 async def test_blocking_spawn_returns_child_results_and_links_parents(tmp_path):
-    cwd = project(tmp_path)
     script = {
         "agents": {
             "root": {"default": [spawn_step("middle"), exit_step("root done")]},
             "middle": {"default": [spawn_step("leaf", count=2), exit_step("middle done")]},
         }
     }
-    core = SchedulerCore(LocalHost)
-    out = start(core, cwd, script)
-    root = out["job_ids"][0]
+    core, root = start(tmp_path, script)
     assert (await core.job_block([root], timeout_seconds=20))["done"]
-    assert core.job_result(root)["result"]["summary"] == "root done"
-    middle = list(core.list_jobs(parent=root)["jobs"])
+    assert (await core.job_result(root))["result"]["summary"] == "root done"
+    middle = list((await core.list_jobs(parent=root))["jobs"])
     assert (
         len(middle) == 1 and middle[0]["agent"] == "middle" and middle[0]["status"] == "completed"
     )
-    leaves = core.list_jobs(parent=middle[0]["job_id"])["jobs"]
+    leaves = (await core.list_jobs(parent=middle[0]["job_id"]))["jobs"]
     assert [j["agent"] for j in leaves] == ["leaf", "leaf"] and all(
         j["status"] == "completed" for j in leaves
     )
 
-    page = await core.events(target=out["batch_id"], level="lifecycle")
+    page = await core.events(target=core.jobs[root].batch_id, level="lifecycle")
     nested = [
         e
         for e in page["events"]
@@ -123,7 +123,6 @@ async def test_blocking_spawn_returns_child_results_and_links_parents(tmp_path):
 
 @pytest.mark.timeout(30)
 async def test_cancel_reaches_grandchildren(tmp_path):
-    cwd = project(tmp_path)
     script = {
         "agents": {
             "root": {"default": [spawn_step("middle")]},
@@ -131,8 +130,7 @@ async def test_cancel_reaches_grandchildren(tmp_path):
             "leaf": {"default": [{"hang": True}]},
         }
     }
-    core = SchedulerCore(LocalHost)
-    root = start(core, cwd, script)["job_ids"][0]
+    core, root = start(tmp_path, script)
     for _ in range(400):
         leaves = [j for j in core.jobs.values() if j.agent == "leaf" and j.state == "running"]
         if len(leaves) == 2:
@@ -153,15 +151,13 @@ async def test_cancel_reaches_grandchildren(tmp_path):
 
 @pytest.mark.timeout(30)
 async def test_depth_cap_refuses_spawn_with_clear_error(tmp_path):
-    cwd = project(tmp_path)
     script = {
         "agents": {
             "root": {"default": [spawn_step("middle"), exit_step("root done")]},
             "middle": {"default": [spawn_step("leaf"), exit_step("middle gave up")]},
         }
     }
-    core = SchedulerCore(LocalHost)
-    root = start(core, cwd, script, max_depth=1)["job_ids"][0]
+    core, root = start(tmp_path, script, max_depth=1)
     assert (await core.job_block([root], timeout_seconds=20))["done"]
     assert not [j for j in core.jobs.values() if j.agent == "leaf"]
     events = (await core.events(level="tools"))["events"]
@@ -177,7 +173,6 @@ async def test_depth_cap_refuses_spawn_with_clear_error(tmp_path):
 
 @pytest.mark.timeout(30)
 async def test_background_spawn_returns_ids_to_poll(tmp_path):
-    cwd = project(tmp_path)
     script = {
         "agents": {
             "root": {
@@ -190,10 +185,9 @@ async def test_background_spawn_returns_ids_to_poll(tmp_path):
             "middle": {"default": [exit_step("child ok")]},
         }
     }
-    core = SchedulerCore(LocalHost)
-    root = start(core, cwd, script)["job_ids"][0]
+    core, root = start(tmp_path, script)
     assert (await core.job_block([root], timeout_seconds=20))["done"]
-    kids = core.list_jobs(parent=root)["jobs"]
+    kids = (await core.list_jobs(parent=root))["jobs"]
     assert len(kids) == 3
     assert (await core.job_block([k["job_id"] for k in kids], timeout_seconds=20))["done"]
     await core.aclose()
@@ -201,7 +195,6 @@ async def test_background_spawn_returns_ids_to_poll(tmp_path):
 
 @pytest.mark.timeout(30)
 async def test_job_control_tools_status_block_result_and_cancel(tmp_path):
-    cwd = project(tmp_path)
     # The middle job hangs; root polls it, blocks briefly (timeout), reads a running result
     # (a clear error), cancels it, then ends.
     script = {
@@ -216,15 +209,14 @@ async def test_job_control_tools_status_block_result_and_cancel(tmp_path):
             "middle": {"default": [{"hang": True}]},
         }
     }
-    core = SchedulerCore(LocalHost)
-    root = start(core, cwd, script)["job_ids"][0]
+    core, root = start(tmp_path, script)
     assert (await core.job_block([root], timeout_seconds=20))["done"]
-    middle = core.list_jobs(parent=root)["jobs"][0]["job_id"]
+    middle = (await core.list_jobs(parent=root))["jobs"][0]["job_id"]
     from clonefleet.actors import ToolContext, job_tools
     from clonefleet.errors import ToolRetry
 
-    tools = job_tools(core.control, root)
-    ctx = ToolContext(root=cwd)
+    tools = job_tools(core, root)
+    ctx = ToolContext(root=tmp_path)
     status = await tools["job_status"].run({"job_id": middle}, ctx)
     assert '"status": "running"' in status
     blocked = await tools["job_block"].run({"job_ids": [middle], "timeout_seconds": 0.05}, ctx)

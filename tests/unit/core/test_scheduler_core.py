@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from clonefleet.config import Config
@@ -11,11 +13,11 @@ from clonefleet.scheduler import (
     TRANSITIONS,
     BatchSubmission,
     JobRecord,
-    JobState,
     SchedulerCore,
     choose_clones_per_actor,
 )
 from clonefleet.testing import LocalHost, make_spec
+from clonefleet.vocab import JobState
 
 
 def submission(core, count, *, script=None, cap=None, per=None, latency_ms=0):
@@ -24,7 +26,7 @@ def submission(core, count, *, script=None, cap=None, per=None, latency_ms=0):
     )
     batch_id, ids = core.reserve_ids(count)
     specs = tuple(
-        make_spec(job_id=j, batch_id=batch_id, clone_index=i, clone_count=count, config=config)
+        make_spec(job_id=j, batch_id=batch_id, clone_index=i, clone_count=count)
         for i, j in enumerate(ids)
     )
     return BatchSubmission(
@@ -44,7 +46,7 @@ async def test_batch_runs_to_completion_with_distinct_ids_and_one_result_event_e
     assert len(set(ids)) == 6 and all(j.startswith("sa_") and len(j) == 11 for j in ids)
     done = await core.job_block(ids, timeout_seconds=10)
     assert done["done"]
-    assert [core.job_result(j)["status"] for j in ids] == ["completed"] * 6
+    assert [(await core.job_result(j))["status"] for j in ids] == ["completed"] * 6
     page = await core.events(target=out["batch_id"], level="all")
     results = [e for e in page["events"] if e["event"]["type"] == "result"]
     assert sorted(e["subagent_run_id"] for e in results) == sorted(ids)
@@ -55,14 +57,22 @@ async def test_cap_queues_jobs_as_reserved_and_starts_them_as_slots_free():
     core = SchedulerCore(LocalHost)
     sub = submission(core, 10, cap=3, latency_ms=20)
     out = core.submit(sub)
-    listing = core.list_jobs(batch=out["batch_id"])
+    listing = await core.list_jobs(batch=out["batch_id"])
     states = [j["status"] for j in listing["jobs"]]
     assert states.count("running") == 3 and states.count("reserved") == 7
     assert listing["capacity"]["queued"] == 7
-    peak = 0
-    while not (await core.job_block(out["job_ids"], wait_seconds=0.05))["done"]:
-        peak = max(peak, core.capacity()["running"])
-    assert peak <= 3
+    # Watch the clones really running (each is an asyncio task named by its job id), apart from
+    # the scheduler's own count: the cap must be reached and never passed.
+    ids = set(out["job_ids"])
+    live_peak = counted_peak = 0
+    blocked = asyncio.ensure_future(core.job_block(out["job_ids"], timeout_seconds=10))
+    while not blocked.done():
+        live = sum(t.get_name() in ids for t in asyncio.all_tasks())
+        live_peak = max(live_peak, live)
+        counted_peak = max(counted_peak, core.capacity()["running"])
+        await asyncio.sleep(0.001)
+    assert (await blocked)["done"]
+    assert (live_peak, counted_peak) == (3, 3)
     assert all(core.jobs[j].state is JobState.COMPLETED for j in out["job_ids"])
     await core.aclose()
 
@@ -73,12 +83,12 @@ async def test_job_result_while_running_is_a_usage_error_and_cancel_is_idempoten
     out = core.submit(submission(core, 2, script=script))
     job = out["job_ids"][0]
     with pytest.raises(UsageError, match="still"):
-        core.job_result(job)
+        await core.job_result(job)
     first = await core.job_cancel(job)
     await core.job_block([job], timeout_seconds=5)
     second = await core.job_cancel(job)
-    assert core.job_result(job)["status"] == "cancelled"
-    assert core.job_result(job)["error"] == "Error: subagent run was cancelled"
+    assert (await core.job_result(job))["status"] == "cancelled"
+    assert (await core.job_result(job))["error"] == "Error: subagent run was cancelled"
     assert first["job_id"] == second["job_id"] == job
     await core.job_cancel(out["job_ids"][1])
     await core.aclose()
@@ -91,7 +101,7 @@ async def test_unknown_ids_are_refused_and_ids_in_use_collide():
 
     core = SchedulerCore(LocalHost)
     with pytest.raises(UnknownJobError):
-        core.job_status("sa_00000000")
+        await core.job_status("sa_00000000")
     sub = submission(core, 2)
     core.submit(sub)
     with pytest.raises(IdCollision):
@@ -172,7 +182,7 @@ async def test_failed_run_keeps_exact_error_and_records_each_models_failure():
     )
     job = core.submit(sub)["job_ids"][0]
     await core.job_block([job], timeout_seconds=10)
-    status = core.job_status(job)
+    status = await core.job_status(job)
     assert status["error"] == "Error: subagent run failed"
     assert (
         "sim-small" in status["detail"]
@@ -204,10 +214,10 @@ async def test_warm_hosts_are_reused_across_batches_and_dead_ones_replaced():
     # The dead warm host's clones moved to one fresh host; nothing failed.
     assert len(made) == 3 and {core.jobs[j].state for j in first["job_ids"]} == {JobState.COMPLETED}
     for _ in range(100):
-        if len(core._idle) == 2:
+        if len(core.hosts.idle) == 2:
             break
         await core.job_block(first["job_ids"], wait_seconds=0.01)
-    assert sorted(h.host_id for h in core._idle) == ["h2", "h3"]
+    assert sorted(h.host_id for h in core.hosts.idle) == ["h2", "h3"]
     second = core.submit(submission(core, 4))
     assert (await core.job_block(second["job_ids"], timeout_seconds=10))["done"]
     assert len(made) == 3, "the second batch ran on the warm hosts"
@@ -233,4 +243,34 @@ async def test_cancelling_a_batch_ends_queued_jobs_at_once_and_calls_each_host_o
     assert (await core.job_block(out["job_ids"], timeout_seconds=10))["done"]
     assert {core.jobs[j].state for j in out["job_ids"]} == {JobState.CANCELLED}
     assert await core.cancel_many([out["batch_id"]]) == 0  # idempotent
+    await core.aclose()
+
+
+async def test_a_job_whose_host_dies_keeps_the_turns_and_usage_its_events_counted():
+    from clonefleet.errors import ClusterError
+
+    class DiesAfterUsage(LocalHost):
+        """Delivers events until one of them is a usage event, then is gone."""
+
+        counted = False
+
+        async def drain(self, wait_s=1.0):
+            if self.counted:
+                raise ClusterError("host process died")
+            batch = await super().drain(wait_s)
+            self.counted = any(item["event"]["type"] == "usage" for item in batch)
+            return batch
+
+    core = SchedulerCore(DiesAfterUsage)
+    script = SimScript.from_data(
+        {"default": [{"tool": "progress_update", "args": {"summary": "working"}}, {"hang": True}]}
+    )
+    job = core.submit(submission(core, 1, script=script))["job_ids"][0]
+    assert (await core.job_block([job], timeout_seconds=10))["done"]
+    record = await core.job_result(job)
+    assert record["status"] == "failed" and record["stop_reason"] == "abnormal"
+    assert record["error"].startswith("Error: subagent run ended abnormally (clone host h1 died")
+    assert record["turns"] == 1
+    assert record["usage"]["total_tokens"] > 0
+    assert record["usage"] == core.jobs[job].usage == (await core.job_status(job))["usage"]
     await core.aclose()

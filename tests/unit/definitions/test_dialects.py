@@ -409,11 +409,3 @@ def test_value_objects_and_errors_pickle(fixtures_dir: Path) -> None:
         back = pickle.loads(pickle.dumps(obj))
         assert type(back) is type(obj) and repr(back) == repr(obj)
     assert str(pickle.loads(pickle.dumps(objects[-1]))) == "p.md: template-limit: boom"
-
-
-def test_importing_definitions_does_not_import_ray() -> None:
-    import subprocess
-    import sys
-
-    code = "import sys, clonefleet.definitions; sys.exit(1 if 'ray' in sys.modules else 0)"
-    assert subprocess.run([sys.executable, "-c", code], check=False, timeout=30).returncode == 0

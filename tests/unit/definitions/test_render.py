@@ -1,4 +1,4 @@
-"""Templating (SPEC §2.4): variables, order, strict undefined, batches, and the hostile corpus."""
+"""Templating (docs/definitions.md): variables, order, strict undefined, batches, and the hostile corpus."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every validation rule of SPEC §2.3: rejected at load with `invalid-definition` naming the rule."""
+"""Every validation rule of docs/definitions.md: rejected at load with `invalid-definition` naming the rule."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from clonefleet.definitions import load_catalog, load_file
+from clonefleet.definitions import Definition, load_catalog, load_file
 from clonefleet.errors import DefinitionError
 
 
@@ -26,8 +26,10 @@ def _rejected(write_md: Any, tmp_path: Path, body: str) -> DefinitionError:
     return info.value
 
 
-def _loads(write_md: Any, tmp_path: Path, body: str) -> None:
-    load_file(_native(write_md, tmp_path, body))
+def _loads(write_md: Any, tmp_path: Path, body: str) -> Definition:
+    defn = load_file(_native(write_md, tmp_path, body))
+    assert defn.name == "agent" and defn.dialect == "native"
+    return defn
 
 
 def test_exit_tool_in_tools(write_md: Any, tmp_path: Path) -> None:
@@ -60,7 +62,9 @@ def test_tools_deny_with_mcp_server_shorthand(write_md: Any, tmp_path: Path) -> 
 
 
 def test_tools_deny_with_full_mcp_name_is_fine(write_md: Any, tmp_path: Path) -> None:
-    _loads(write_md, tmp_path, "  tools_deny: [mcp__github__delete_repo]\n")
+    defn = _loads(write_md, tmp_path, "  tools_deny: [mcp__github__delete_repo]\n")
+    assert defn.tools_deny == ("mcp__github__delete_repo",)
+    assert defn.tools is None and defn.warnings == ()
 
 
 @pytest.mark.parametrize(
@@ -105,29 +109,52 @@ def test_undeferred_tool_not_in_tools(write_md: Any, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "body",
+    ("body", "tools", "undeferred", "warns"),
     [
-        "  inherit_tools: true\n  tools: [file_read]\n  undeferred_tools: [grep]\n",
-        "  tools: ['tag!ALL']\n  undeferred_tools: [grep]\n",
-        "  tools: ['tag!ALL_MCP', file_read]\n  undeferred_tools: [grep]\n",
-        "  tools: [mcp__github]\n  undeferred_tools: [grep]\n",
-        "  tools: [file_read]\n  undeferred_tools: [progress_update, tool_search]\n",
-        "  undeferred_tools: [grep]\n",
+        (
+            "  inherit_tools: true\n  tools: [file_read]\n  undeferred_tools: [grep]\n",
+            ("file_read",),
+            ("grep",),
+            False,
+        ),
+        ("  tools: ['tag!ALL']\n  undeferred_tools: [grep]\n", ("tag!ALL",), ("grep",), False),
+        (
+            "  tools: ['tag!ALL_MCP', file_read]\n  undeferred_tools: [grep]\n",
+            ("tag!ALL_MCP", "file_read"),
+            ("grep",),
+            False,
+        ),
+        # A bare MCP server name is not a tool clonefleet knows: it loads, with a warning.
+        ("  tools: [mcp__github]\n  undeferred_tools: [grep]\n", ("mcp__github",), ("grep",), True),
+        (
+            "  tools: [file_read]\n  undeferred_tools: [progress_update, tool_search]\n",
+            ("file_read",),
+            ("progress_update", "tool_search"),
+            False,
+        ),
+        ("  undeferred_tools: [grep]\n", None, ("grep",), False),
     ],
     ids=["inherit", "tag-all", "tag-all-mcp", "mcp-server", "control-tools", "tools-absent"],
 )
-def test_undeferred_subset_rule_does_not_apply(write_md: Any, tmp_path: Path, body: str) -> None:
-    _loads(write_md, tmp_path, body)
+def test_undeferred_subset_rule_does_not_apply(
+    write_md: Any, tmp_path: Path, body: str, tools: Any, undeferred: Any, warns: bool
+) -> None:
+    defn = _loads(write_md, tmp_path, body)
+    assert (defn.tools, defn.undeferred_tools) == (tools, undeferred)
+    assert defn.inherit_tools is body.startswith("  inherit_tools: true")
+    assert [("'mcp__github'" in w) for w in defn.warnings] == ([True] if warns else [])
 
 
 def test_spawn_tools_may_be_undeferred_when_spawning_is_allowed(
     write_md: Any, tmp_path: Path
 ) -> None:
-    _loads(
+    defn = _loads(
         write_md,
         tmp_path,
         "  tools: [file_read]\n  allow_subagent_spawn: true\n  undeferred_tools: [subagent]\n",
     )
+    assert defn.allow_subagent_spawn is True
+    assert (defn.tools, defn.undeferred_tools, defn.warnings) == (("file_read",), ("subagent",), ())
     err = _rejected(write_md, tmp_path, "  tools: [file_read]\n  undeferred_tools: [subagent]\n")
     assert "rule undeferred-not-granted" in err.message
 
@@ -168,13 +195,20 @@ def test_exit_schema_with_dangling_internal_ref(write_md: Any, tmp_path: Path) -
 
 
 def test_exit_schema_with_internal_refs_and_anchors_loads(write_md: Any, tmp_path: Path) -> None:
-    _loads(
+    defn = _loads(
         write_md,
         tmp_path,
         "  exit_tool_schema:\n    type: object\n    properties:\n      a: {$ref: '#/$defs/a'}\n"
         "      b: {$ref: '#thing'}\n      c: {$ref: '#'}\n"
         "    $defs:\n      a: {type: string}\n      b: {$anchor: thing, type: integer}\n",
     )
+    schema = {
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/a"}, "b": {"$ref": "#thing"}, "c": {"$ref": "#"}},
+        "$defs": {"a": {"type": "string"}, "b": {"$anchor": "thing", "type": "integer"}},
+    }
+    assert defn.exit_tool_schema == schema and defn.effective_exit_schema == schema
+    assert defn.warnings == ()
 
 
 def test_model_group_needs_a_name(write_md: Any, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Skills (SPEC §2.5): discovery, the subagent's own policy, `@skill:` resolution before start."""
+"""Skills (docs/definitions.md): discovery, the subagent's own policy, `@skill:` resolution before start."""
 
 from __future__ import annotations
 

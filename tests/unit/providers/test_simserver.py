@@ -145,3 +145,20 @@ async def test_serve_main_serves_until_a_signal_and_stops_cleanly(sig):
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [({}, 401), ({"authorization": "Bearer wrong"}, 401), ({"authorization": "Bearer right"}, 200)],
+)
+async def test_a_server_with_an_api_key_refuses_chat_requests_without_it(sim, headers, status):
+    server, url = await sim(api_key="right")
+    body = {"model": "sim-small", "messages": [{"role": "user", "content": "x"}]}
+    async with httpx.AsyncClient() as client:
+        resp = await client.post(f"{url}/chat/completions", json=body, headers=headers)
+    assert resp.status_code == status
+    if status == 401:
+        assert resp.json()["error"]["code"] == "invalid_api_key"
+        assert server.outcomes == {"refused 401": 1}
+    else:
+        assert server.outcomes == {"ok": 1}

@@ -1,0 +1,191 @@
+"""/proc readings for the fan-out benchmark: memory and CPU of this process and its descendants.
+
+:class:`ProcWatch` samples the process tree (RSS, PSS, CPU per kind of process, the clone hosts
+seen); :func:`reap_session` waits for a finished CLI's processes; :func:`loadavg` reads the load.
+Linux only.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["ProcWatch", "Sample", "loadavg", "reap_session"]
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+_KINDS = (
+    ("ray::CloneHostActor", "hosts"),
+    ("ray::SchedulerActor", "scheduler"),
+    ("ray::IDLE", "idle workers"),
+    ("raylet", "raylet"),
+    ("gcs_server", "gcs_server"),
+    ("dashboard", "dashboard"),
+    ("ray::", "ray agents"),
+    ("log_monitor", "log monitor"),
+    ("monitor.py", "autoscaler monitor"),
+    ("workers/setup_worker.py", "starting workers"),
+    ("default_worker.py", "starting workers"),
+)
+
+
+def _kind(cmdline: bytes, pid: int) -> str:
+    """What a process is, from its command line (Ray sets ``ray::<Actor>`` titles)."""
+    if pid == os.getpid():
+        return "driver"
+    argv = [a.decode(errors="replace") for a in cmdline.split(b"\x00") if a]
+    script = next((a for a in argv[1:] if not a.startswith("-")), "")  # skips `python -u`
+    text = f"{argv[0] if argv else ''} {script}"
+    return next((kind for word, kind in _KINDS if word in text), "other")
+
+
+@dataclass
+class Sample:
+    rss: int = 0
+    pss: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+    procs: int = 0
+
+
+class ProcWatch:
+    """Samples this process and its descendants, leaving out the subtrees of ``exclude``.
+
+    ``sample()`` reads one snapshot; ``start()``/``stop()`` sample in a thread every
+    ``interval_s`` and keep the peak, the host processes seen, and each process's latest CPU time.
+    """
+
+    def __init__(self, exclude: set[int], interval_s: float = 0.25) -> None:
+        self.exclude, self.interval_s = exclude, interval_s
+        self.peak = Sample()
+        self.hosts_seen: set[int] = set()
+        self.cpu: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def pids(self) -> list[int]:
+        children: dict[int, list[int]] = defaultdict(list)
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children[ppid].append(int(name))
+        out, todo = [], [os.getpid()]
+        while todo and len(out) < 100_000:
+            pid = todo.pop()
+            if pid in self.exclude:
+                continue
+            out.append(pid)
+            todo.extend(children.get(pid, ()))
+        return out
+
+    def sample(self, with_pss: bool = True) -> Sample:
+        snap = Sample()
+        ticks = os.sysconf("SC_CLK_TCK")
+        for pid in self.pids():
+            try:
+                rss = int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+                pss = _pss(pid) if with_pss else 0
+                kind = _kind(Path(f"/proc/{pid}/cmdline").read_bytes(), pid)
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, ValueError, IndexError):
+                continue
+            snap.rss += rss
+            snap.pss += pss
+            snap.procs += 1
+            snap.by_kind[kind] = snap.by_kind.get(kind, 0) + rss
+            self.cpu[pid] = (kind, (int(fields[11]) + int(fields[12])) / ticks)
+            if kind == "hosts":
+                self.hosts_seen.add(pid)
+        return snap
+
+    def start(self) -> None:
+        self.peak, self.hosts_seen, self.cpu = Sample(), set(), {}
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="procwatch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        # Periodic samples read RSS only: reading smaps_rollup of every Ray process is costly
+        # enough to slow the run it measures on 2 cores. PSS comes from the closing sample.
+        while not self._stop.is_set():
+            snap = self.sample(with_pss=False)
+            if snap.rss > self.peak.rss:
+                self.peak = snap
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> Sample:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        snap = self.sample()
+        if snap.rss > self.peak.rss:
+            self.peak = snap
+        else:
+            self.peak.pss = snap.pss
+        return self.peak
+
+    def cpu_by_kind(self, before: dict[int, tuple[str, float]]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for pid, (kind, cpu) in self.cpu.items():
+            out[kind] = out.get(kind, 0.0) + cpu - (before.get(pid, (kind, 0.0))[1])
+        return {k: round(v, 2) for k, v in sorted(out.items())}
+
+    def reap(self, timeout_s: float = 30.0) -> list[int]:
+        """Wait for every descendant to end; kill (by pid) what is left after ``timeout_s``."""
+        return _wait_then_kill(lambda: [p for p in self.pids() if p != os.getpid()], timeout_s)
+
+
+def _pss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _wait_then_kill(members: Callable[[], list[int]], timeout_s: float) -> list[int]:
+    """Wait until ``members()`` is empty; kill (by pid) what is left after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    left = members()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = members()
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
+
+
+def _session_members(sid: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[3]) == sid:
+                    out.append(int(name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def reap_session(sid: int, timeout_s: float = 30.0) -> int:
+    """Wait for the processes of session ``sid`` (the CLI's Ray) to end; kill survivors by pid."""
+    return len(_wait_then_kill(lambda: _session_members(sid), timeout_s))
+
+
+def loadavg() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
