@@ -12,11 +12,12 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
+from . import control as api
 from .cluster import ClusterConfig, ClusterSession, remote_runtime_env, resolve_address
 from .config import Config, load_config
-from .control import BlockResult, EventPage, JobListing, JobStatus, RunRecord, Submitted
+from .control import Seconds
 from .errors import ClonefleetError, ClusterError, IdCollision
 from .providers import SimScript
 from .scheduler import (
@@ -230,11 +231,11 @@ class Fleet:
             return Batch(batch_id=out["batch_id"], job_ids=tuple(out["job_ids"]))
         raise ClusterError("could not draw unused job ids in 5 tries")
 
-    def _submit(self, sub: BatchSubmission) -> Submitted:
-        return cast(Submitted, self._ask(lambda s: s.submit.remote(sub)))
+    def _submit(self, sub: BatchSubmission) -> api.Submitted:
+        return cast(api.Submitted, self._ask(lambda s: s.submit.remote(sub)))
 
     # -- job control: clonefleet.control.JobControl, synchronously -----------------------
-    def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> Submitted:
+    def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> api.Submitted:
         """Start a batch on behalf of a running job, as its ``subagent`` tool would.
 
         Raises:
@@ -242,19 +243,19 @@ class Fleet:
             DefinitionError: unknown agent or render failure (nothing started).
         """
         out = self._ask(lambda s: s.spawn_nested.remote(request, parent_job_id))
-        return cast(Submitted, out)
+        return cast(api.Submitted, out)
 
-    def job_status(self, job_id: str) -> JobStatus:
+    def job_status(self, job_id: str) -> api.JobStatus:
         """A job's current status; ``UnknownJobError`` for an unknown id."""
-        return cast(JobStatus, self._ask(lambda s: s.job_status.remote(job_id)))
+        return cast(api.JobStatus, self._ask(lambda s: s.job_status.remote(job_id)))
 
-    def job_result(self, job_id: str) -> RunRecord:
+    def job_result(self, job_id: str) -> api.RunRecord:
         """The finished job's record; ``UsageError`` while it runs."""
-        return cast(RunRecord, self._ask(lambda s: s.job_result.remote(job_id)))
+        return cast(api.RunRecord, self._ask(lambda s: s.job_result.remote(job_id)))
 
-    def job_cancel(self, job_id: str) -> JobStatus:
+    def job_cancel(self, job_id: str) -> api.JobStatus:
         """Cancel a job and its descendants (idempotent)."""
-        return cast(JobStatus, self._ask(lambda s: s.job_cancel.remote(job_id)))
+        return cast(api.JobStatus, self._ask(lambda s: s.job_cancel.remote(job_id)))
 
     def cancel_many(self, ids: Sequence[str]) -> int:
         """Cancel jobs or whole batches (and descendants) in one call; returns how many were
@@ -262,51 +263,30 @@ class Fleet:
         return cast(int, self._ask(lambda s: s.cancel_many.remote(list(ids))))
 
     def job_block(
-        self,
-        job_ids: Sequence[str],
-        wait_seconds: float | None = None,
-        timeout_seconds: float | None = None,
-    ) -> BlockResult:
+        self, job_ids: Sequence[str], wait_seconds: Seconds = None, timeout_seconds: Seconds = None
+    ) -> api.BlockResult:
         """Wait for every job (or batch id) to finish, or the time to run out."""
         ids = list(job_ids)
         out = self._ask(lambda s: s.job_block.remote(ids, wait_seconds, timeout_seconds))
-        return cast(BlockResult, out)
+        return cast(api.BlockResult, out)
 
     def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
         """How many of the jobs (or batches' jobs) have not ended yet."""
         return cast(int, self._ask(lambda s: s.remaining.remote(list(ids), wait_seconds)))
 
-    def list_jobs(
-        self,
-        *,
-        status: str | None = None,
-        batch: str | None = None,
-        agent: str | None = None,
-        parent: str | None = None,
-    ) -> JobListing:
+    def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
         """Jobs matching every filter given, with the fleet's capacity."""
-        out = self._ask(
-            lambda s: s.list_jobs.remote(status=status, batch=batch, agent=agent, parent=parent)
-        )
-        return cast(JobListing, out)
+        out = self._ask(lambda s: s.list_jobs.remote(**filters))
+        return cast(api.JobListing, out)
 
     def expand(self, ids: Sequence[str]) -> list[str]:
         """Job ids, with batch ids replaced by their jobs'."""
         return cast(list[str], self._ask(lambda s: s.expand.remote(list(ids))))
 
-    def events(
-        self,
-        target: str | None = None,
-        *,
-        cursor: int = 0,
-        level: str = "lifecycle",
-        wait_s: float = 0.0,
-    ) -> EventPage:
+    def events(self, target: api.Target = None, **query: Unpack[api.EventQuery]) -> api.EventPage:
         """Events after ``cursor``: ``{events: [...], cursor: next}``."""
-        out = self._ask(
-            lambda s: s.events.remote(target, cursor=cursor, level=level, wait_s=wait_s)
-        )
-        return cast(EventPage, out)
+        out = self._ask(lambda s: s.events.remote(target, **query))
+        return cast(api.EventPage, out)
 
     def follow(
         self, target: str, *, level: str = "lifecycle", wait_s: float = 0.5

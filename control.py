@@ -13,17 +13,21 @@ Ids: a job id is ``sa_`` + 8 hex digits, a batch id ``b_`` + 8 hex digits. Metho
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol, TypedDict, Unpack
 
 __all__ = [
     "BlockResult",
     "Capacity",
     "EventPage",
+    "EventQuery",
     "JobControl",
+    "JobFilter",
     "JobListing",
     "JobStatus",
     "RunRecord",
+    "Seconds",
     "Submitted",
+    "Target",
 ]
 
 JobStatus = dict[str, Any]
@@ -33,6 +37,38 @@ JobStatus = dict[str, Any]
 RunRecord = dict[str, Any]
 """A finished job's ``run --json`` record: the fields of
 :data:`clonefleet.vocab.RUN_RECORD_FIELDS`, in that order."""
+
+
+Seconds = float | None
+"""A length of time in seconds; ``None`` = no limit of that kind."""
+
+
+Target = str | None
+"""A batch or job id whose events to read; ``None`` = every job's."""
+
+
+class JobFilter(TypedDict, total=False):
+    """Filters of :meth:`JobControl.list_jobs`; a filter left out or ``None`` matches every job."""
+
+    status: str | None
+    """A :class:`~clonefleet.vocab.JobState` value."""
+    batch: str | None
+    """A batch id."""
+    agent: str | None
+    """A definition name."""
+    parent: str | None
+    """The job id of the spawning job."""
+
+
+class EventQuery(TypedDict, total=False):
+    """Options of :meth:`JobControl.events`."""
+
+    cursor: int
+    """Where the last page ended (default ``0``: from the start)."""
+    level: str
+    """A key of :data:`clonefleet.vocab.EVENT_LEVELS` (default ``lifecycle``)."""
+    wait_s: float
+    """When no event is there yet, wait up to this long for one (default ``0``)."""
 
 
 class Submitted(TypedDict):
@@ -144,10 +180,7 @@ class JobControl(Protocol):
         ...
 
     async def job_block(
-        self,
-        job_ids: Sequence[str],
-        wait_seconds: float | None = None,
-        timeout_seconds: float | None = None,
+        self, job_ids: Sequence[str], wait_seconds: Seconds = None, timeout_seconds: Seconds = None
     ) -> BlockResult:
         """Wait until every job (or batch's job) is terminal, or the time is up.
 
@@ -171,22 +204,8 @@ class JobControl(Protocol):
         """
         ...
 
-    async def list_jobs(
-        self,
-        *,
-        status: str | None = None,
-        batch: str | None = None,
-        agent: str | None = None,
-        parent: str | None = None,
-    ) -> JobListing:
-        """Jobs matching every filter given, with the fleet's capacity.
-
-        Args:
-            status: a :class:`~clonefleet.vocab.JobState` value.
-            batch: a batch id.
-            agent: a definition name.
-            parent: the job id of the spawning job.
-        """
+    async def list_jobs(self, **filters: Unpack[JobFilter]) -> JobListing:
+        """Jobs matching every filter given (see :class:`JobFilter`), with the fleet's capacity."""
         ...
 
     async def expand(self, ids: Sequence[str]) -> list[str]:
@@ -197,22 +216,12 @@ class JobControl(Protocol):
         """
         ...
 
-    async def events(
-        self,
-        target: str | None = None,
-        *,
-        cursor: int = 0,
-        level: str = "lifecycle",
-        wait_s: float = 0.0,
-    ) -> EventPage:
+    async def events(self, target: Target = None, **query: Unpack[EventQuery]) -> EventPage:
         """Events of a batch or job (and its descendants), or of every job, after ``cursor``.
 
         Args:
             target: a batch or job id; ``None`` for every job.
-            cursor: where the last page ended (``0`` = from the start).
-            level: a key of :data:`clonefleet.vocab.EVENT_LEVELS` (``lifecycle``, ``tools``,
-                ``all``).
-            wait_s: when no event is there yet, wait up to this long for one.
+            query: ``cursor``, ``level`` and ``wait_s`` (see :class:`EventQuery`).
 
         Raises:
             UnknownJobError: ``target`` names no job or batch.

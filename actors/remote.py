@@ -8,21 +8,15 @@ The actor only turns picklable specs into live objects and forwards calls to
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 
+from .. import control as api
 from ..cluster import NAMESPACE, SCHEDULER_NAME
 from ..config import Config
-from ..control import (
-    BlockResult,
-    EventPage,
-    JobListing,
-    JobStatus,
-    RunRecord,
-    Submitted,
-)
+from ..control import Seconds
 from ..errors import ClonefleetError, ClusterError
 from ..providers import SimScript
 from ._host import HostCore
@@ -104,64 +98,45 @@ class SchedulerControl:
         except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
             raise ClusterError(f"the scheduler is unavailable: {type(exc).__name__}") from None
 
-    async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> Submitted:
+    async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> api.Submitted:
         return cast(
-            Submitted, await self._ask(lambda s: s.spawn_nested.remote(request, parent_job_id))
+            api.Submitted, await self._ask(lambda s: s.spawn_nested.remote(request, parent_job_id))
         )
 
-    async def job_status(self, job_id: str) -> JobStatus:
-        return cast(JobStatus, await self._ask(lambda s: s.job_status.remote(job_id)))
+    async def job_status(self, job_id: str) -> api.JobStatus:
+        return cast(api.JobStatus, await self._ask(lambda s: s.job_status.remote(job_id)))
 
-    async def job_result(self, job_id: str) -> RunRecord:
-        return cast(RunRecord, await self._ask(lambda s: s.job_result.remote(job_id)))
+    async def job_result(self, job_id: str) -> api.RunRecord:
+        return cast(api.RunRecord, await self._ask(lambda s: s.job_result.remote(job_id)))
 
-    async def job_cancel(self, job_id: str) -> JobStatus:
-        return cast(JobStatus, await self._ask(lambda s: s.job_cancel.remote(job_id)))
+    async def job_cancel(self, job_id: str) -> api.JobStatus:
+        return cast(api.JobStatus, await self._ask(lambda s: s.job_cancel.remote(job_id)))
 
     async def cancel_many(self, ids: Sequence[str]) -> int:
         return cast(int, await self._ask(lambda s: s.cancel_many.remote(list(ids))))
 
     async def job_block(
-        self,
-        job_ids: Sequence[str],
-        wait_seconds: float | None = None,
-        timeout_seconds: float | None = None,
-    ) -> BlockResult:
+        self, job_ids: Sequence[str], wait_seconds: Seconds = None, timeout_seconds: Seconds = None
+    ) -> api.BlockResult:
         ids = list(job_ids)
         out = await self._ask(lambda s: s.job_block.remote(ids, wait_seconds, timeout_seconds))
-        return cast(BlockResult, out)
+        return cast(api.BlockResult, out)
 
     async def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
         return cast(int, await self._ask(lambda s: s.remaining.remote(list(ids), wait_seconds)))
 
-    async def list_jobs(
-        self,
-        *,
-        status: str | None = None,
-        batch: str | None = None,
-        agent: str | None = None,
-        parent: str | None = None,
-    ) -> JobListing:
-        out = await self._ask(
-            lambda s: s.list_jobs.remote(status=status, batch=batch, agent=agent, parent=parent)
-        )
-        return cast(JobListing, out)
+    async def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
+        out = await self._ask(lambda s: s.list_jobs.remote(**filters))
+        return cast(api.JobListing, out)
 
     async def expand(self, ids: Sequence[str]) -> list[str]:
         return cast(list[str], await self._ask(lambda s: s.expand.remote(list(ids))))
 
     async def events(
-        self,
-        target: str | None = None,
-        *,
-        cursor: int = 0,
-        level: str = "lifecycle",
-        wait_s: float = 0.0,
-    ) -> EventPage:
-        out = await self._ask(
-            lambda s: s.events.remote(target, cursor=cursor, level=level, wait_s=wait_s)
-        )
-        return cast(EventPage, out)
+        self, target: api.Target = None, **query: Unpack[api.EventQuery]
+    ) -> api.EventPage:
+        out = await self._ask(lambda s: s.events.remote(target, **query))
+        return cast(api.EventPage, out)
 
 
 class CloneHost:

@@ -16,11 +16,12 @@ from collections import deque
 from collections.abc import Coroutine, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
+from .. import control as api
 from ..actors import CloneSpec
 from ..config import Config
-from ..control import BlockResult, Capacity, EventPage, JobListing, JobStatus, RunRecord, Submitted
+from ..control import Seconds
 from ..definitions import load_catalog
 from ..errors import ClusterError, IdCollision, UnknownJobError, UsageError
 from ..vocab import EventType, JobState, Outcome, StopReason, stop_error
@@ -87,7 +88,7 @@ class SchedulerCore:
                 ids.append(job_id)
         return batch_id, ids
 
-    def submit(self, sub: BatchSubmission) -> Submitted:
+    def submit(self, sub: BatchSubmission) -> api.Submitted:
         """Record every job of the batch as ``reserved``, assign hosts and start what the caps allow.
 
         Ids may come from :meth:`reserve_ids` or be drawn by the client (which renders before it
@@ -299,7 +300,7 @@ class SchedulerCore:
         task.add_done_callback(self._tasks.discard)
 
     # -- job control ---------------------------------------------------------------------
-    async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> Submitted:
+    async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> api.Submitted:
         """Start a batch on behalf of a running clone (the ``subagent`` tool); see
         :meth:`JobControl.spawn_nested <clonefleet.control.JobControl.spawn_nested>`."""
         parent = self._get(parent_job_id)
@@ -352,10 +353,10 @@ class SchedulerCore:
                 out.append(self._get(ident).job_id)
         return out
 
-    async def job_status(self, job_id: str) -> JobStatus:
+    async def job_status(self, job_id: str) -> api.JobStatus:
         return self._get(job_id).status()
 
-    async def job_result(self, job_id: str) -> RunRecord:
+    async def job_result(self, job_id: str) -> api.RunRecord:
         rec = self._get(job_id)
         if not rec.is_terminal:
             raise UsageError(
@@ -363,7 +364,7 @@ class SchedulerCore:
             )
         return rec.run_record()
 
-    async def job_cancel(self, job_id: str) -> JobStatus:
+    async def job_cancel(self, job_id: str) -> api.JobStatus:
         rec = self._get(job_id)
         await self.cancel_many([job_id])
         return rec.status()
@@ -393,11 +394,8 @@ class SchedulerCore:
         return sum(len(j) for _, j in per_host.values())
 
     async def job_block(
-        self,
-        job_ids: Sequence[str],
-        wait_seconds: float | None = None,
-        timeout_seconds: float | None = None,
-    ) -> BlockResult:
+        self, job_ids: Sequence[str], wait_seconds: Seconds = None, timeout_seconds: Seconds = None
+    ) -> api.BlockResult:
         ids = self._expand(job_ids)
         limits = [x for x in (wait_seconds, timeout_seconds) if x is not None]
         await self._until_terminal(ids, min(limits, default=LONGEST_WAIT_S))
@@ -424,18 +422,13 @@ class SchedulerCore:
     async def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
         return len(await self._until_terminal(self._expand(ids), wait_seconds))
 
-    def capacity(self) -> Capacity:
+    def capacity(self) -> api.Capacity:
         queued = sum(len(q) for q in self._queues.values())
         return {"running": self._running, "max_concurrency": self.max_concurrency, "queued": queued}
 
-    async def list_jobs(
-        self,
-        *,
-        status: str | None = None,
-        batch: str | None = None,
-        agent: str | None = None,
-        parent: str | None = None,
-    ) -> JobListing:
+    async def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
+        status, batch = filters.get("status"), filters.get("batch")
+        agent, parent = filters.get("agent"), filters.get("parent")
         rows = [
             r.status()
             for r in self.jobs.values()
@@ -450,15 +443,11 @@ class SchedulerCore:
         return self._expand(ids)
 
     async def events(
-        self,
-        target: str | None = None,
-        *,
-        cursor: int = 0,
-        level: str = "lifecycle",
-        wait_s: float = 0.0,
-    ) -> EventPage:
+        self, target: api.Target = None, **query: Unpack[api.EventQuery]
+    ) -> api.EventPage:
         ids = set(self._expand([target])) if target else None
-        return await self._log.read(ids, cursor, level, wait_s)
+        cursor, level = query.get("cursor", 0), query.get("level", "lifecycle")
+        return await self._log.read(ids, cursor, level, query.get("wait_s", 0.0))
 
     async def aclose(self) -> None:
         for task in list(self._tasks):

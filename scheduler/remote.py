@@ -10,24 +10,17 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from .. import control as api
 from ..actors import CloneSpec
 from ..actors.remote import CloneHost
 from ..cluster import NAMESPACE, SCHEDULER_NAME
 from ..config import Config
-from ..control import (
-    BlockResult,
-    EventPage,
-    JobControl,
-    JobListing,
-    JobStatus,
-    RunRecord,
-    Submitted,
-)
+from ..control import Seconds
 from ..providers import SimScript
 from ._core import SchedulerCore
 from ._state import BatchSubmission
@@ -39,7 +32,7 @@ class RayHost:
     """A :class:`~clonefleet.scheduler._core.HostLike` backed by a clone-host actor."""
 
     def __init__(
-        self, host_id: str, control: JobControl | None = None, *, node_id: str | None = None
+        self, host_id: str, control: api.JobControl | None = None, *, node_id: str | None = None
     ) -> None:
         # ``control`` is the core's in-process job control; an actor host reaches the
         # scheduler actor by name instead (see clonefleet.actors.remote.SchedulerControl).
@@ -108,7 +101,7 @@ class SchedulerActor:
             self._core.cpus = int(sum(n["Resources"]["CPU"] for n in alive)) or 1
             self._core.nodes = len(alive) or 1
 
-    def _host(self, host_id: str, control: JobControl) -> RayHost:
+    def _host(self, host_id: str, control: api.JobControl) -> RayHost:
         """Hosts go round-robin over the alive nodes with CPUs, so a batch covers every node."""
         self._refresh_nodes()
         node = self._nodes[self._next % len(self._nodes)] if self._nodes else None
@@ -128,7 +121,7 @@ class SchedulerActor:
         self._c()  # creating the core warms the host pool while the caller renders its batch
         return "ok"
 
-    async def submit(self, sub: BatchSubmission) -> Submitted:
+    async def submit(self, sub: BatchSubmission) -> api.Submitted:
         core = self._c()
         self._refresh_nodes()  # a batch sizes its hosts from the cluster as it is now
         return core.submit(sub)
@@ -145,54 +138,39 @@ class SchedulerActor:
         return True
 
     # -- clonefleet.control.JobControl ----------------------------------------------------
-    async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> Submitted:
+    async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> api.Submitted:
         return await self._c().spawn_nested(request, parent_job_id)
 
-    async def job_status(self, job_id: str) -> JobStatus:
+    async def job_status(self, job_id: str) -> api.JobStatus:
         return await self._c().job_status(job_id)
 
-    async def job_result(self, job_id: str) -> RunRecord:
+    async def job_result(self, job_id: str) -> api.RunRecord:
         return await self._c().job_result(job_id)
 
-    async def job_cancel(self, job_id: str) -> JobStatus:
+    async def job_cancel(self, job_id: str) -> api.JobStatus:
         return await self._c().job_cancel(job_id)
 
     async def cancel_many(self, ids: Sequence[str]) -> int:
         return await self._c().cancel_many(ids)
 
     async def job_block(
-        self,
-        job_ids: Sequence[str],
-        wait_seconds: float | None = None,
-        timeout_seconds: float | None = None,
-    ) -> BlockResult:
+        self, job_ids: Sequence[str], wait_seconds: Seconds = None, timeout_seconds: Seconds = None
+    ) -> api.BlockResult:
         return await self._c().job_block(job_ids, wait_seconds, timeout_seconds)
 
     async def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
         return await self._c().remaining(ids, wait_seconds)
 
-    async def list_jobs(
-        self,
-        *,
-        status: str | None = None,
-        batch: str | None = None,
-        agent: str | None = None,
-        parent: str | None = None,
-    ) -> JobListing:
-        return await self._c().list_jobs(status=status, batch=batch, agent=agent, parent=parent)
+    async def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
+        return await self._c().list_jobs(**filters)
 
     async def expand(self, ids: Sequence[str]) -> list[str]:
         return await self._c().expand(ids)
 
     async def events(
-        self,
-        target: str | None = None,
-        *,
-        cursor: int = 0,
-        level: str = "lifecycle",
-        wait_s: float = 0.0,
-    ) -> EventPage:
-        return await self._c().events(target, cursor=cursor, level=level, wait_s=wait_s)
+        self, target: api.Target = None, **query: Unpack[api.EventQuery]
+    ) -> api.EventPage:
+        return await self._c().events(target, **query)
 
 
 _SCHEDULER_ACTOR = ray.remote(SchedulerActor)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import inspect
 import sys
+import typing
 from pathlib import Path
 
 import pytest
@@ -39,17 +40,19 @@ FORWARDERS = list(EXTRAS)
 
 
 def _shape(fn: object) -> list[tuple[str, object, object, object]]:
-    """Parameters after ``self`` (name, kind, default, annotation) and the return annotation.
+    """Parameters after ``self`` (name, kind, default, type) and the return type.
 
+    Types are resolved (``api.BlockResult`` in a forwarder is ``BlockResult`` of the protocol).
     Ray's tracing adds a ``_ray_trace_ctx`` keyword to an actor class's method signatures; it
     is not ours, so it is left out."""
     sig = inspect.signature(fn)  # type: ignore[arg-type]
+    hints = typing.get_type_hints(fn, include_extras=True)
     params = [
-        (p.name, p.kind, p.default, p.annotation)
+        (p.name, p.kind, p.default, hints.get(p.name))
         for p in sig.parameters.values()
         if p.name != "_ray_trace_ctx"
     ]
-    return [*params[1:], ("return", None, None, sig.return_annotation)]
+    return [*params[1:], ("return", None, None, hints.get("return"))]
 
 
 def _public_methods(cls: type) -> set[str]:
@@ -101,7 +104,20 @@ def test_each_job_tool_takes_the_parameters_of_its_protocol_method(tool):
         assert method is JobControl.spawn_nested
         assert {"prompt", "subagent_type", "count"} <= properties  # the request's fields
     else:
-        assert properties == set(list(inspect.signature(method).parameters)[1:])
+        assert properties == _parameter_names(method)
+
+
+def _parameter_names(method: object) -> set[str]:
+    """The names a method takes; keywords typed ``**kw: Unpack[TD]`` count as TD's keys."""
+    hints = typing.get_type_hints(method, include_extras=True)
+    names = set()
+    for p in list(inspect.signature(method).parameters.values())[1:]:
+        if p.kind is inspect.Parameter.VAR_KEYWORD:
+            (typed_dict,) = typing.get_args(hints[p.name])
+            names |= set(typed_dict.__annotations__)
+        else:
+            names.add(p.name)
+    return names
 
 
 class _Recorder:
