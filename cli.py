@@ -152,7 +152,8 @@ def _add_provider_parser(sub: Any) -> None:
     prov = sub.add_parser("provider", help="model provider tools")
     prov_sub = prov.add_subparsers(dest="provider_command", required=True, metavar="ACTION")
     serve = prov_sub.add_parser(
-        "serve", help="serve the simulated model as an OpenAI-compatible server on 127.0.0.1"
+        "serve",
+        help="serve the simulated model over HTTP (OpenAI and Anthropic formats) on 127.0.0.1",
     )
     serve.add_argument("--port", type=int, required=True)
     serve.add_argument("--latency-ms", type=float, default=0.0)

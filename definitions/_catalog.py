@@ -90,7 +90,8 @@ def _warnings_of(defn: Definition) -> list[LoadWarning]:
 
 def _md_entries(folder: Path, follow_symlinks: bool, result: DirectoryLoad) -> list[Path]:
     try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        with os.scandir(folder) as listing:  # closed even when a read fails midway
+            entries = sorted(listing, key=lambda e: e.name)
     except OSError as exc:
         result.errors.append(
             LoadFailure(

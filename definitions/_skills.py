@@ -126,7 +126,8 @@ def _skill_file(entry: Path, follow: bool) -> Path | None:
 
 def _load_folder(folder: Path, follow: bool, catalog: SkillCatalog) -> None:
     try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        with os.scandir(folder) as listing:  # closed even when a read fails midway
+            entries = sorted(listing, key=lambda e: e.name)
     except OSError as exc:
         catalog.errors.append(
             LoadFailure(path=str(folder), reason=LoadReason.IO_ERROR, message=str(exc.strerror))

@@ -3,6 +3,7 @@ definitions, whose workers cannot import the installed clonefleet."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -70,30 +71,31 @@ def ray_head(tmp_path):
         f"--temp-dir={short_tmp}",
         f"--ray-client-server-port={client_port}",
     ]
-    log = open(tmp_path / "head.log", "wb")
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path
-    )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, (tmp_path / "head.log").read_text()[-2000:]
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.05)
-    yield f"127.0.0.1:{port}", f"ray://127.0.0.1:{client_port}"
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # whatever of the node group is still there
-    except ProcessLookupError:
-        pass
-    proc.wait(30)
-    log.close()
-    shutil.rmtree(short_tmp, ignore_errors=True)
+    # The log file, the head's process group and its temp folder go away however the test ends,
+    # a head that never came up included.
+    with open(tmp_path / "head.log", "wb") as log:
+        proc = subprocess.Popen(
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp_path
+        )
+        try:
+            deadline = time.monotonic() + 90
+            while True:
+                assert proc.poll() is None, (tmp_path / "head.log").read_text()[-2000:]
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", port)) == 0:
+                        break
+                assert time.monotonic() < deadline, "the Ray head did not listen within 90 s"
+                time.sleep(0.05)
+            yield f"127.0.0.1:{port}", f"ray://127.0.0.1:{client_port}"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(10)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever of the node group is still there
+            proc.wait(30)
+            shutil.rmtree(short_tmp, ignore_errors=True)
 
 
 def test_batch_on_a_cluster_that_never_saw_the_definitions_or_the_package(ray_head, tmp_path):

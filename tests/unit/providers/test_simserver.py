@@ -1,4 +1,5 @@
-"""The simulated OpenAI-compatible server: endpoints, determinism, loopback only, and `serve_main`."""
+"""The simulated server's OpenAI side: endpoints, determinism, loopback only, and `serve_main`
+(its Anthropic Messages side is tested in test_anthropic_http.py)."""
 
 from __future__ import annotations
 
