@@ -149,24 +149,17 @@ def test_batch_on_a_cluster_that_never_saw_the_definitions_or_the_package(ray_he
         (["--address", client_address], env),
         ([], {**env, "RAY_ADDRESS": address}),
     ):
-        again = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "clonefleet",
-                "run",
-                "remote-helper",
-                "--prompt",
-                "hi",
-                "--json",
-                *extra,
-            ],
-            cwd=work,
-            env=run_env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        command = [sys.executable, "-m", "clonefleet", "run", "remote-helper", "--prompt", "hi"]
+        command += ["--json", *extra]
+        for _attempt in range(2):
+            again = subprocess.run(
+                command, cwd=work, env=run_env, capture_output=True, text=True, timeout=120
+            )
+            # Ray Client's proxy starts a server process per client; on a loaded 2-core machine
+            # that start has failed once in a full suite run ("Starting Ray client server
+            # failed"). That is Ray's start-up, not clonefleet: one more try, then it counts.
+            if "Starting Ray client server failed" not in again.stderr:
+                break
         assert again.returncode == 0, again.stderr[-3000:]
         ran.append(json.loads(again.stdout.splitlines()[-1])["job_id"])
     listing = subprocess.run(

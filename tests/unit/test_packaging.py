@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 
 def run_py(code: str, cwd) -> str:
@@ -42,30 +43,29 @@ def test_cli_help_explains_run(tmp_path):
     assert "--count" in out.stdout and "--json" in out.stdout and "clones" in out.stdout
 
 
+REPO = Path(__file__).resolve().parents[2]
+"""The checkout: the repository root is the package's source folder."""
+
+
 def _subpackages() -> set[str]:
-    from pathlib import Path
-
-    import clonefleet
-
-    root = Path(clonefleet.__file__).resolve().parent
-    skip = {"tests", "benchmarks", "build", "docs", ".venv", ".git"}
+    skip = {"tests", "benchmarks", "build", "docs", "dist"}
     return {
         p.parent.name
-        for p in root.glob("*/__init__.py")
+        for p in REPO.glob("*/__init__.py")
         if p.parent.name not in skip and not p.parent.name.startswith(".")
     }
 
 
 def test_every_subpackage_is_packaged_and_shipped_to_remote_clusters():
     import tomllib
-    from pathlib import Path
 
     import clonefleet
     from clonefleet.cluster import _runtime
 
-    root = Path(clonefleet.__file__).resolve().parent
-    listed = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    listed = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     subpackages = _subpackages()
     assert {"actors", "providers", "scheduler", "definitions", "cluster"} <= subpackages
     assert set(listed) == {"clonefleet"} | {f"clonefleet.{p}" for p in subpackages}
     assert set(_runtime._SUBPACKAGES) == {""} | subpackages
+    installed = Path(clonefleet.__file__).resolve().parent  # site-packages, or the checkout
+    assert all((installed / p / "__init__.py").is_file() for p in subpackages)
