@@ -18,7 +18,7 @@ from . import control as api
 from .cluster import ClusterConfig, ClusterSession, remote_runtime_env, resolve_address
 from .config import Config, load_config
 from .control import Seconds
-from .errors import ClonefleetError, ClusterError, IdCollision
+from .errors import ClonefleetError, ClusterError, IdCollision, UsageError
 from .providers import SimScript
 from .scheduler import (
     BatchRequest,
@@ -71,7 +71,8 @@ def plan_batch(
     :meth:`Fleet.submit` then draws again, so a usage or template error never costs a Ray start.
 
     Raises:
-        UsageError: bad count, cwd or model.
+        UsageError: bad count, cwd or model; a prompt over ``limits.max_prompt_chars``;
+            ``clones_per_actor`` or ``max_concurrency`` below 1.
         DefinitionError: unknown or invalid agent, render failure.
         ConfigError: unreadable simulation script.
     """
@@ -86,7 +87,10 @@ def plan_batch(
         variables=dict(variables or {}),
         subagents_dirs=tuple(str(Path(d).resolve()) for d in subagents_dirs),
         sim_script=script,
-        clones_per_actor=clones_per_actor or config.limits.clones_per_actor,
+        # 0 is not "unset": plan_specs refuses it (and negatives) like any bad value.
+        clones_per_actor=(
+            config.limits.clones_per_actor if clones_per_actor is None else clones_per_actor
+        ),
         max_concurrency=max_concurrency,
     )
     return _plan(req, config, Path(caller_cwd).resolve())
@@ -159,6 +163,15 @@ class Fleet:
         num_cpus: int | None = None,
         max_concurrency: int | None = None,
     ) -> None:
+        if max_concurrency is not None and (
+            isinstance(max_concurrency, bool)
+            or not isinstance(max_concurrency, int)
+            or max_concurrency < 1
+        ):
+            # Checked before Ray starts: 0 or less would leave every job queued forever.
+            raise UsageError(
+                f"max_concurrency must be a whole number of 1 or more, got {max_concurrency!r}"
+            )
         self.cwd = Path(cwd or Path.cwd()).resolve()
         self.config = config if isinstance(config, Config) else load_config(config, self.cwd)
         self.address = resolve_address(address)

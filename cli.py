@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ._cli_control import CONTROL_HANDLERS, add_control_parsers, make_console
+from .config import printable
 from .errors import ClonefleetError, ConfigError, DefinitionError, UsageError
+from .trust import add_trust_parser, cmd_trust
 from .vocab import EventType, succeeded
 
 __all__ = ["main"]
@@ -39,6 +41,24 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"--count takes a whole number, got {text!r}") from None
 
 
+def _whole(low: int, high: int | None = None) -> Any:
+    """An argparse type: a whole number ``low <= n <= high`` (``high`` None = no upper bound)."""
+
+    def parse(text: str) -> int:
+        span = f"from {low} to {high}" if high is not None else f"{low} or more"
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number {span}, got {printable(repr(text[:40]))}"
+            )
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="clonefleet",
@@ -49,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_definition_parsers(sub)
     _add_provider_parser(sub)
     add_control_parsers(sub)
+    add_trust_parser(sub)
     return parser
 
 
@@ -111,12 +132,15 @@ def _add_run_execution_options(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--clones-per-actor",
-        type=int,
+        type=_whole(1),
         metavar="K",
-        help="clones hosted per Ray actor (1 = a process per clone)",
+        help="clones hosted per Ray actor, 1 or more (1 = a process per clone)",
     )
     run.add_argument(
-        "--max-concurrency", type=int, metavar="N", help="jobs of this batch running at once"
+        "--max-concurrency",
+        type=_whole(1),
+        metavar="N",
+        help="jobs of this batch running at once, 1 or more",
     )
     run.add_argument(
         "--detach",
@@ -155,7 +179,12 @@ def _add_provider_parser(sub: Any) -> None:
         "serve",
         help="serve the simulated model over HTTP (OpenAI and Anthropic formats) on 127.0.0.1",
     )
-    serve.add_argument("--port", type=int, required=True)
+    serve.add_argument(
+        "--port",
+        type=_whole(0, 65535),
+        required=True,
+        help="TCP port, 1-65535, or 0 for a free one",
+    )
     serve.add_argument("--latency-ms", type=float, default=0.0)
     serve.add_argument("--fail-rate", type=float, default=0.0)
     serve.add_argument("--rate-429", type=float, default=0.0)
@@ -171,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "agents": cmd_agents,
         "provider": cmd_provider,
         **CONTROL_HANDLERS,
+        "trust": cmd_trust,
     }[args.command]
     try:
         return handler(args)
@@ -190,10 +220,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ._fleet import Fleet
     from .cluster import resolve_address
     from .config import load_config
+    from .trust import config_line
 
     # Everything that can be wrong with the request is found here, before Ray starts: config,
     # count, definition, cwd, model, and the rendering of every clone.
     config = load_config(args.config)
+    print(f"clonefleet: {config_line(config)}", file=sys.stderr, flush=True)
     plan = _plan(args, config)
     address = resolve_address(args.address)
     if args.detach and address is None:
@@ -378,20 +410,25 @@ def _summary(records: list[dict[str, Any]], elapsed_s: float) -> None:
 def cmd_validate(args: argparse.Namespace) -> int:
     from .config import load_config
     from .definitions import validate_report
+    from .trust import provider_lines, provider_report
 
     config = load_config(args.config)
     report = validate_report(
         [Path(p) for p in args.paths], [Path(d) for d in args.subagents_dir], Path.cwd(), config
     )
+    report["providers"] = provider_report(config)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
+        # Names, paths and messages come from files anyone may have written: printable() keeps
+        # their control characters and bidi marks off the terminal (docs/cli.md).
         for d in report["definitions"]:
-            print(f"ok       {d['name']} ({d['dialect']}) {d['path'] or ''}")
+            print(printable(f"ok       {d['name']} ({d['dialect']}) {d['path'] or ''}"))
         for w in report["warnings"]:
-            print(f"warning  {w['path']}: {w['name']}: {w['message']}")
+            print(printable(f"warning  {w['path']}: {w['name']}: {w['message']}"))
         for e in report["errors"]:
-            print(f"error    {e['path']}: {e['reason']}: {e['message']}")
+            print(printable(f"error    {e['path']}: {e['reason']}: {e['message']}"))
+        print("\n".join(provider_lines(report["providers"])))  # key variables, never values
     return EXIT_FAILED if report["errors"] else EXIT_OK
 
 
@@ -405,6 +442,7 @@ def cmd_agents(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
         return EXIT_OK
     from rich.table import Table
+    from rich.text import Text
 
     table = Table()
     table.add_column("name", no_wrap=True)
@@ -412,9 +450,16 @@ def cmd_agents(args: argparse.Namespace) -> int:
     table.add_column("path / shadows", overflow="fold", min_width=40)
     table.add_column("description", overflow="ellipsis", no_wrap=True, max_width=30)
     for a in report["agents"]:
-        where = a["path"] or "(in code or config)"
-        where += "".join(f"\n  shadows {p}" for p in a["shadows"])
-        table.add_row(a["name"], a["dialect"], where, a["description"])
+        # Text cells: no rich markup is read from a name or description (`[/x]` would raise),
+        # and printable() escapes control characters and bidi marks (docs/cli.md).
+        where = printable(a["path"] or "(in code or config)")
+        where += "".join(f"\n  shadows {printable(p)}" for p in a["shadows"])
+        table.add_row(
+            Text(printable(a["name"])),
+            Text(printable(a["dialect"])),
+            Text(where),
+            Text(printable(" ".join((a["description"] or "").split()))),
+        )
     make_console().print(table)
     return EXIT_OK
 

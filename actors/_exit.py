@@ -1,11 +1,15 @@
 """Exit payloads: schema check and status normalisation (docs/definitions.md). Pure functions.
 
 ``classify`` decides what an accepted ``exit_tool`` payload means; ``ExitJudge`` keeps the
-per-run state of corrective retries, salvage and the no-progress breaker.
+per-run state of corrective retries, salvage and the no-progress breaker. The schema check is
+bounded in size and time (``_exit_bounds``): a payload over the caps, or one whose check runs out
+of time, goes back to the model as a tool error.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import functools
 import json
 from dataclasses import dataclass
@@ -13,12 +17,23 @@ from enum import StrEnum
 from typing import Any
 
 import jsonschema
+import jsonschema.protocols
 import referencing
 import referencing.exceptions
 import referencing.jsonschema
 
 from ..errors import DefinitionError
 from ..vocab import Outcome, status_family
+from ._exit_bounds import (
+    EXIT_VALIDATION_TIMEOUT_S,
+    BadPattern,
+    BoundedValidator,
+    OutOfTime,
+    deadline,
+    payload_problem,
+    short_repr,
+    without_dialects,
+)
 
 __all__ = [
     "ExitDecision",
@@ -79,14 +94,26 @@ _LOCAL_ONLY: referencing.Registry[Any] = referencing.Registry(retrieve=_refuse_r
 
 
 class _Unusable(Exception):
-    """The exit schema cannot be applied (a ``$ref`` leads outside the document)."""
+    """The exit schema cannot be applied (a ``$ref`` leads outside the document, or a pattern
+    the regex engine refuses)."""
 
 
-def exit_validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
-    """A Draft 2020-12 validator for ``schema`` whose ``$ref`` are never fetched.
+class _TooCostly(Exception):
+    """Checking this payload ran out of time (or of stack): a failing exit call."""
+
+
+_MAX_ERRORS = 32
+"""Schema errors gathered from one payload before the most relevant one is reported."""
+_MAX_PROBLEM_CHARS = 500
+"""Longest schema problem sent back to the model."""
+
+
+def exit_validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
+    """A bounded Draft 2020-12 validator for ``schema`` whose ``$ref`` are never fetched.
 
     Every clone of a batch shares one schema, so validators are cached by the schema's
-    canonical JSON: checking a schema costs about a millisecond, a lookup microseconds.
+    canonical JSON: checking a schema costs about a millisecond, a lookup microseconds. Use it
+    through :func:`schema_errors` or :class:`ExitJudge`, which set the validation deadline.
 
     Raises:
         DefinitionError: ``schema`` is not a valid Draft 2020-12 JSON Schema.
@@ -95,7 +122,7 @@ def exit_validator(schema: dict[str, Any]) -> jsonschema.Draft202012Validator:
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_validator(canonical: str) -> jsonschema.Draft202012Validator:
+def _cached_validator(canonical: str) -> jsonschema.protocols.Validator:
     schema = json.loads(canonical)
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
@@ -106,36 +133,86 @@ def _cached_validator(canonical: str) -> jsonschema.Draft202012Validator:
             None,
             "exit_tool_schema",
         ) from None
-    return jsonschema.Draft202012Validator(schema, registry=_LOCAL_ONLY)
+    return BoundedValidator(without_dialects(schema), registry=_LOCAL_ONLY)
 
 
-def _problem(validator: jsonschema.Draft202012Validator, payload: Any) -> str | None:
+def _gather(validator: jsonschema.protocols.Validator, payload: Any, timeout_s: float) -> list[Any]:
+    """Up to ``_MAX_ERRORS`` schema errors of ``payload``, found within ``timeout_s``."""
+    errors: list[Any] = []
     try:
-        if validator.is_valid(payload):  # the common case, without collecting errors
-            return None
-        error = jsonschema.exceptions.best_match(validator.iter_errors(payload))
+        with deadline(timeout_s):
+            for error in validator.iter_errors(payload):
+                errors.append(error)
+                if len(errors) >= _MAX_ERRORS:
+                    break
     except referencing.exceptions.Unresolvable as exc:
         raise _Unusable(
             f"exit_tool_schema has a $ref that does not resolve inside the schema ({exc}); refs are never fetched"
         ) from None
+    except BadPattern as exc:
+        raise _Unusable(f"exit_tool_schema cannot be applied: {exc}") from None
+    except OutOfTime:
+        if not errors:  # the payload fails the schema either way: report what was found
+            raise _TooCostly(
+                f"checking the payload against the exit schema took longer than {timeout_s:g} s;"
+                " send a smaller or simpler payload"
+            ) from None
+    except RecursionError:
+        raise _TooCostly(
+            "the payload is nested too deeply to check against the exit schema"
+        ) from None
+    return errors
+
+
+def _problem(
+    validator: jsonschema.protocols.Validator, payload: Any, timeout_s: float | None = None
+) -> str | None:
+    too_big = payload_problem(payload)
+    if too_big is not None:
+        return too_big
+    limit = EXIT_VALIDATION_TIMEOUT_S if timeout_s is None else timeout_s
+    error = jsonschema.exceptions.best_match(_gather(validator, payload, limit))
     if error is None:
         return None
-    where = "/".join(str(p) for p in error.absolute_path) or "payload"
-    return f"{where}: {error.message}"
+    where = short_repr("/".join(str(p) for p in error.absolute_path) or "payload").strip("'\"")
+    message = error.message
+    if len(message) > _MAX_PROBLEM_CHARS:  # jsonschema quotes the whole instance: cut it short
+        message = message.replace(repr(error.instance), short_repr(error.instance))
+    problem = f"{where}: {message}"
+    if len(problem) > _MAX_PROBLEM_CHARS:
+        problem = problem[: _MAX_PROBLEM_CHARS - 3] + "..."
+    return problem
 
 
 def schema_errors(payload: Any, schema: dict[str, Any]) -> str | None:
     """Return a one-line description of why ``payload`` fails ``schema``, or ``None``.
 
-    A ``$ref`` that leads outside the schema document is reported as a failure; it is never fetched.
+    A ``$ref`` that leads outside the schema document is reported as a failure; it is never
+    fetched. A payload over the size caps, or whose check runs out of time, fails too.
 
     Raises:
         DefinitionError: ``schema`` is not a valid JSON Schema.
     """
     try:
         return _problem(exit_validator(schema), payload)
-    except _Unusable as exc:
+    except (_Unusable, _TooCostly) as exc:
         return str(exc)
+
+
+def _signature(payload: Any) -> str:
+    """What makes two failing exit calls "identical" for the breaker."""
+    try:
+        return json.dumps(payload, sort_keys=True, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return f"{type(payload).__name__}:{short_repr(payload)}"
+
+
+@functools.cache
+def _judge_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads exit checks run on (few: a check is short, and usually microseconds)."""
+    return concurrent.futures.ThreadPoolExecutor(
+        max_workers=4, thread_name_prefix="clonefleet-exit"
+    )
 
 
 class ExitJudge:
@@ -147,19 +224,27 @@ class ExitJudge:
             the next one is salvaged.
         breaker_threshold: identical failing exit calls in a row, with no other tool activity
             between them, that end the run as abnormal.
+        timeout_s: wall-clock budget of one payload's schema check (default
+            ``EXIT_VALIDATION_TIMEOUT_S``).
 
     Raises:
         DefinitionError: ``schema`` is not a valid Draft 2020-12 JSON Schema.
     """
 
     def __init__(
-        self, schema: dict[str, Any], *, retry_budget: int = 2, breaker_threshold: int = 3
+        self,
+        schema: dict[str, Any],
+        *,
+        retry_budget: int = 2,
+        breaker_threshold: int = 3,
+        timeout_s: float | None = None,
     ) -> None:
         self.schema, self.retry_budget, self.breaker_threshold = (
             schema,
             retry_budget,
             breaker_threshold,
         )
+        self.timeout_s = timeout_s
         self._validator = exit_validator(schema)
         self._status_retries = 0
         self._failing_streak: list[str] = []
@@ -168,30 +253,44 @@ class ExitJudge:
         """Any other tool activity resets the breaker's streak."""
         self._failing_streak.clear()
 
+    async def judge_off_loop(self, payload: Any) -> ExitDecision:
+        """:meth:`judge` on a worker thread: a host's clones share one event loop, and a check
+        may take up to ``timeout_s``."""
+        return await asyncio.get_running_loop().run_in_executor(_judge_pool(), self.judge, payload)
+
     def judge(self, payload: Any) -> ExitDecision:
         """Decide about one ``exit_tool`` call.
 
         Order: schema check (a failure goes back to the model), status classification, then for
         a failing call the breaker (before salvage, so a breaker end is never salvaged), then the
-        retry budget of unrecognised statuses, then salvage. A schema whose ``$ref`` leads outside
+        retry budget of unrecognised statuses, then salvage. A check that runs out of time is a
+        failing call that spends the same retry budget; with the budget spent it ends the run
+        abnormal (an unchecked payload is never salvaged). A schema whose ``$ref`` leads outside
         the document cannot judge anything: the run ends abnormal at once.
         """
         try:
-            problem = _problem(self._validator, payload)
+            problem = _problem(self._validator, payload, self.timeout_s)
         except _Unusable as exc:
             return ExitDecision(verdict=Verdict.BREAK, error=str(exc))
-        status = None
-        if problem is None:
-            status = classify(payload)
-            if isinstance(status, Outcome):
-                self._failing_streak.clear()
-                return ExitDecision(verdict=Verdict.ACCEPT, outcome=status)
-            problem = (
-                f"unrecognised status {status!r}: use one of success/ok/done/completed, "
-                "failure/failed/error or cancelled, or a `success` boolean"
-            )
+        except _TooCostly as exc:
+            return self._failing(payload, str(exc), budgeted=True, salvageable=False)
+        if problem is not None:
+            return self._failing(payload, problem, budgeted=False, salvageable=False)
+        status = classify(payload)
+        if isinstance(status, Outcome):
+            self._failing_streak.clear()
+            return ExitDecision(verdict=Verdict.ACCEPT, outcome=status)
+        problem = (
+            f"unrecognised status {short_repr(status)}: use one of success/ok/done/completed, "
+            "failure/failed/error or cancelled, or a `success` boolean"
+        )
+        return self._failing(payload, problem, budgeted=True, salvageable=True)
+
+    def _failing(
+        self, payload: Any, problem: str, *, budgeted: bool, salvageable: bool
+    ) -> ExitDecision:
         # The breaker is checked before salvage: identical failing calls in a row end abnormal.
-        signature = json.dumps(payload, sort_keys=True, default=str)
+        signature = _signature(payload)
         if self._failing_streak and self._failing_streak[-1] != signature:
             self._failing_streak.clear()
         self._failing_streak.append(signature)
@@ -199,8 +298,13 @@ class ExitJudge:
             return ExitDecision(
                 verdict=Verdict.BREAK, error="no progress: repeated failing exit_tool calls"
             )
-        if status is not None:
+        if budgeted:
             if self._status_retries >= self.retry_budget:
-                return ExitDecision(verdict=Verdict.SALVAGE, outcome=Outcome.SUCCESS)
+                if salvageable:
+                    return ExitDecision(verdict=Verdict.SALVAGE, outcome=Outcome.SUCCESS)
+                return ExitDecision(
+                    verdict=Verdict.BREAK,
+                    error=f"exit_tool payloads could not be checked against the exit schema ({problem})",
+                )
             self._status_retries += 1
         return ExitDecision(verdict=Verdict.RETRY, error=f"exit_tool rejected: {problem}")

@@ -12,8 +12,9 @@ import asyncio
 import hashlib
 import pickle
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from ..config import Config
 from ..control import JobControl
@@ -24,6 +25,8 @@ from ._providers import ProviderPool
 from ._spec import CloneSpec, RunResult
 
 __all__ = ["HostCore"]
+
+_T = TypeVar("_T")
 
 _FINAL = str(EventType.FINAL)
 _FAILOVER = str(EventType.MODEL_FAILOVER)
@@ -50,6 +53,7 @@ class HostCore:
         self._wakeup = asyncio.Event()
         self._max_buffer = max_buffer
         self._cancelled_early: set[str] = set()
+        self._render_thread: ThreadPoolExecutor | None = None
 
     def _push(self, job_id: str, event: dict[str, Any]) -> None:
         if len(self._events) >= self._max_buffer and event["type"] != _FINAL:
@@ -134,6 +138,26 @@ class HostCore:
             hit.append(job_id)
         return hit
 
+    async def plan(self, planner: Callable[[], _T]) -> _T:
+        """Run ``planner`` in this host's render thread and return what it returns.
+
+        The scheduler sends a nested spawn's rendering here (``scheduler._nested.NestedPlan``: the
+        prompt of a ``subagent`` call is a model-written template) so that it never runs in the
+        scheduler, which every batch and every ``jobs`` command waits on. It runs in one worker
+        thread rather than on this host's event loop, so the clones here keep running, and
+        rather than in a subprocess because the render is bounded in process: every C-level
+        operation a template can reach is sized from its operands before it runs (a linear pass
+        over a few MiB at most), and the render's deadline and memory are checked between
+        operations, so the thread holds the GIL only in short slices. A subprocess per spawn
+        would add an interpreter start and the Jinja2 import (hundreds of milliseconds on a busy
+        node), and forking a threaded Ray worker is unsafe. Should a render ever hold the GIL for
+        long, it stalls this host only: the scheduler awaits the answer with a deadline, like any
+        host call. One thread: renders queue instead of competing for the GIL.
+        """
+        if self._render_thread is None:
+            self._render_thread = ThreadPoolExecutor(1, thread_name_prefix="clonefleet-render")
+        return await asyncio.get_running_loop().run_in_executor(self._render_thread, planner)
+
     async def drain(self, wait_s: float = 1.0, max_events: int = 20_000) -> list[dict[str, Any]]:
         """Return buffered events, waiting up to ``wait_s`` for the first one."""
         if not self._events:
@@ -155,6 +179,8 @@ class HostCore:
         for pool in self._pools.values():
             await pool.aclose()
         self._pools.clear()
+        if self._render_thread is not None:
+            self._render_thread.shutdown(wait=False, cancel_futures=True)
 
 
 def _ended(

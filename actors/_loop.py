@@ -280,7 +280,7 @@ class Clone:
             results = {cid: t.result() for cid, t in tasks.items()}
         for call in calls:
             if call.name == "exit_tool":
-                message, ending = self._exit_call(call)
+                message, ending = await self._exit_call(call)
             elif call.id in results:
                 message = results[call.id]
             else:
@@ -366,9 +366,10 @@ class Clone:
         self._loaded_skills[name] = body
         return f"[skill {name}]\n{body}"
 
-    def _exit_call(self, call: ToolCall) -> tuple[Message, _Ending | None]:
+    async def _exit_call(self, call: ToolCall) -> tuple[Message, _Ending | None]:
         self._emit(EventType.TOOL_CALL_START, tool="exit_tool", call_id=call.id)
-        decision = self.judge.judge(call.arguments)
+        # Off the event loop: the check is bounded (docs/definitions.md) but may take seconds.
+        decision = await self.judge.judge_off_loop(call.arguments)
         ending: _Ending | None = None
         if decision.verdict is Verdict.ACCEPT:
             ending = _Ending(StopReason.COMPLETED, result=call.arguments, outcome=decision.outcome)

@@ -6,6 +6,14 @@ one component at a time from a descriptor of the launch directory, each with ``O
 directory or file swapped for a symbolic link between the check and the open is refused too
 (the ``openat`` walk that ``RESOLVE_BENEATH`` would do in one call).
 
+A hard link is not a path: a name inside the launch directory can share its file with a name
+outside it, and no walk of the path can tell. So a regular file with more than one link
+(``st_nlink > 1``, read with ``fstat`` on the opened descriptor, so nothing can change between
+the check and the use) is refused for reading and for writing, even when every name of it happens
+to be inside; copy such a file (``cp``) to work on it. A write never truncates before that check:
+``O_TRUNC`` is applied with ``ftruncate`` after it, so opening a hard link to write changes nothing.
+A file that gains a second link after the check was inside when it was opened; that is allowed.
+
 The ``shell`` tool is not confined by this module: it starts in the launch directory and can do
 whatever its command does. Grant it only to definitions you would let run commands.
 """
@@ -14,15 +22,20 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 from ..errors import ToolRetry
 
-__all__ = ["open_checked", "open_inside", "resolve_inside"]
+__all__ = ["HardLinked", "open_checked", "open_inside", "resolve_inside"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _SWAPPED = (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)
 """What ``O_NOFOLLOW`` (with ``O_DIRECTORY`` for a directory) answers for a symbolic link."""
+
+
+class HardLinked(ToolRetry):
+    """A regular file with more than one hard link was refused (see the module's text)."""
 
 
 def resolve_inside(root: Path, path: str) -> Path:
@@ -70,7 +83,8 @@ def open_checked(
 
     Raises:
         ToolRetry: the path left the launch directory, a component was swapped for a symbolic
-            link, or the open failed (the message says why).
+            link, the file is a regular file with more than one hard link (refused before
+            ``O_TRUNC`` takes effect), or the open failed (the message says why).
     """
     real_root = Path(os.path.realpath(root))
     try:
@@ -86,7 +100,8 @@ def open_checked(
         if not parts:  # the launch directory itself
             result, fd = fd, -1
             return result
-        return _open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, fd, real, mode)
+        final = (flags & ~os.O_TRUNC) | os.O_NOFOLLOW | os.O_CLOEXEC
+        return _single_link(_open(parts[-1], final, fd, real, mode), real, flags & os.O_TRUNC)
     finally:
         if fd >= 0:
             os.close(fd)
@@ -99,6 +114,25 @@ def open_inside(
     return open_checked(
         root, resolve_inside(root, path), flags, make_parents=make_parents, mode=mode
     )
+
+
+def _single_link(fd: int, real: Path, truncate: int) -> int:
+    """``fd`` when it is not a regular file with several hard links (then truncated if asked)."""
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            raise HardLinked(
+                f"{real.name} has {st.st_nlink} hard links, and another name of it may be outside "
+                "the launch directory; refused (copy it to work on it)"
+            )
+        if truncate and stat.S_ISREG(st.st_mode):
+            os.ftruncate(fd, 0)
+    except BaseException as exc:
+        os.close(fd)
+        if isinstance(exc, OSError):
+            raise ToolRetry(f"cannot open {real.name}: {exc.strerror}") from exc
+        raise
+    return fd
 
 
 def _step_into(fd: int, part: str, make_parents: bool, real: Path) -> int:

@@ -57,6 +57,9 @@ class CloneHostActor:
     async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
         return await self._host().drain(wait_s)
 
+    async def plan(self, planner: Callable[[], Any]) -> Any:
+        return await self._host().plan(planner)
+
     async def node_id(self) -> str:
         node: str = ray.get_runtime_context().get_node_id()
         return node
@@ -168,6 +171,21 @@ class CloneHost:
 
     async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
         return cast(list[dict[str, Any]], await self._ask(lambda h: h.drain.remote(wait_s)))
+
+    async def plan(self, planner: Callable[[], tuple[CloneSpec, ...]]) -> tuple[CloneSpec, ...]:
+        """Render a nested spawn on this host (see :meth:`HostCore.plan`); the render's own
+        errors (a ``TemplateError``...) come back unwrapped, anything else as
+        :class:`ClusterError`."""
+        try:
+            out = await self._ask(lambda h: h.plan.remote(planner))
+        except RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ClonefleetError):
+                raise cause from None
+            raise ClusterError(
+                f"clone host {self.host_id} failed to plan: {type(exc).__name__}"
+            ) from None
+        return cast(tuple[CloneSpec, ...], out)
 
     async def node_id(self) -> str:
         return cast(str, await self._ask(lambda h: h.node_id.remote()))

@@ -1,19 +1,38 @@
 """Starting and connecting to Ray: the only place that calls ``ray.init`` and ``ray.shutdown``.
 
 With no address, clonefleet starts an embedded local Ray bound to 127.0.0.1 with the dashboard
-off, and stops it when the session ends. With an address (``auto``, ``ray://host:port``, or
+off, its session folder (logs, sockets) inside a folder only this user may enter, and stops it
+when the session ends. With an address (``auto``, ``ray://host:port``, or
 ``RAY_ADDRESS``) it joins an existing cluster and leaves it running.
+
+Token authentication (Ray's ``RAY_AUTH_MODE=token``):
+
+- an embedded instance runs with a fresh random token of its own, handed to Ray in the
+  ``RAY_AUTH_TOKEN`` environment variable for as long as the session lasts: nothing is written to
+  disk, and Ray never creates ``~/.ray/auth_token`` (which it would make with the default umask,
+  readable by every user);
+- the cluster ``clonefleet cluster up`` started is joined with its token file
+  (``RAY_AUTH_TOKEN_PATH``), found through the state file whenever the address is that cluster's;
+- any other address uses the caller's own Ray token settings (``RAY_AUTH_TOKEN``,
+  ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``), sending the token when one is there.
+
+The session sets these ``RAY_AUTH_*`` variables only while it is connected and puts the caller's
+values back when it stops. A caller's explicit ``RAY_AUTH_MODE`` other than ``token`` (for
+example ``disabled``) is respected for an embedded instance.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from ..errors import ClusterError
+from ._local import local_token_path, private_ray_temp_dir
 
 __all__ = ["ClusterConfig", "ClusterSession", "loopback_environment"]
 
@@ -47,14 +66,56 @@ def _keep_loopback_if_imported_early(address: str | None) -> None:
         ray_constants.ENABLE_RAY_CLUSTER = False
 
 
-def _token_auth_for_client() -> None:
-    # A cluster started with `ray start` uses token authentication and writes the token to
-    # ~/.ray/auth_token; a client given an explicit address only sends it in token mode.
-    if "RAY_AUTH_MODE" in os.environ:
-        return
-    token_file = os.environ.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
-    if os.environ.get("RAY_AUTH_TOKEN") or os.path.isfile(token_file):
-        os.environ["RAY_AUTH_MODE"] = "token"
+def _auth_environment(address: str | None) -> dict[str, str | None]:
+    """The ``RAY_AUTH_*`` variables a session on ``address`` needs (``None``: unset it)."""
+    env = os.environ
+    mode = env.get("RAY_AUTH_MODE")
+    if address is None:
+        if mode is not None and mode.lower() != "token":
+            return {}  # the caller turned token authentication off on purpose
+        if env.get("RAY_AUTH_TOKEN") or env.get("RAY_AUTH_TOKEN_PATH"):
+            return {"RAY_AUTH_MODE": "token"}  # the caller's own token (Ray creates no file)
+        # A token for this instance alone, in memory: Ray would otherwise read, or create with
+        # mode 0644, ~/.ray/auth_token.
+        return {
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32),
+            "RAY_AUTH_TOKEN_PATH": None,
+        }
+    local = local_token_path(address)
+    if local is not None:
+        # The cluster `cluster up` started: its own token, whatever the shell says.
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": None, "RAY_AUTH_TOKEN_PATH": str(local)}
+    # Another cluster: Ray sends a token only in token mode, and turns that on by itself only for
+    # a cluster it finds on this machine, never for an explicit address. Send the caller's token
+    # when there is one.
+    if mode is not None:
+        return {}
+    token_file = env.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    if env.get("RAY_AUTH_TOKEN") or os.path.isfile(token_file):
+        return {"RAY_AUTH_MODE": "token"}
+    return {}
+
+
+def _set_auth_environment(values: Mapping[str, str | None]) -> dict[str, str | None]:
+    """Set (or unset) ``values`` in the environment and make a loaded Ray see them; returns the
+    values they replace."""
+    previous = {name: os.environ.get(name) for name in values}
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if values:
+        # Ray caches the mode (its config) and the token; both are read again from here.
+        from ray._raylet import (  # type: ignore[attr-defined]  # not in its stub
+            AuthenticationTokenLoader,
+            Config,
+        )
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    return previous
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +146,7 @@ class ClusterSession:
         self.cfg = cfg or ClusterConfig()
         self.embedded = False
         self._owns = False
+        self._restore_env: dict[str, str | None] = {}
 
     @property
     def address(self) -> str | None:
@@ -97,13 +159,13 @@ class ClusterSession:
             ClusterError: Ray could not be started or reached.
         """
         loopback_environment()
-        if self.address:
-            _token_auth_for_client()  # read by Ray at import time
         import ray
 
         if ray.is_initialized():
             return self
         _keep_loopback_if_imported_early(self.address)
+        auth = _auth_environment(self.address)
+        self._restore_env = _set_auth_environment(auth)
         kwargs: dict[str, Any] = {
             "namespace": self.cfg.namespace,
             "log_to_driver": self.cfg.log_to_driver,
@@ -122,14 +184,29 @@ class ClusterSession:
                     num_cpus=self.cfg.num_cpus,
                     include_dashboard=False,
                     _node_ip_address="127.0.0.1",
+                    _temp_dir=str(private_ray_temp_dir()),
                     **kwargs,
                 )
                 self.embedded = True
-        except (ConnectionError, RuntimeError, ValueError) as exc:
+        except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
+            self._put_back_environment()
             where = address or "an embedded local instance"
-            raise ClusterError(f"cannot start or reach Ray at {where}: {exc}") from None
+            hint = (
+                " (a cluster with token authentication refuses a client without its token: set"
+                " RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH, see docs/cluster.md)"
+                if address and not auth.get("RAY_AUTH_TOKEN_PATH")  # not `cluster up`'s own
+                else ""
+            )
+            raise ClusterError(f"cannot start or reach Ray at {where}: {exc}{hint}") from None
+        except BaseException:
+            self._put_back_environment()
+            raise
         self._owns = True
         return self
+
+    def _put_back_environment(self) -> None:
+        restore, self._restore_env = self._restore_env, {}
+        _set_auth_environment(restore)
 
     def stop(self) -> None:
         """Disconnect (and stop an embedded instance); stopping twice is harmless."""
@@ -139,6 +216,7 @@ class ClusterSession:
 
         ray.shutdown()
         self._owns = False
+        self._put_back_environment()
 
     def __enter__(self) -> ClusterSession:
         return self.start()

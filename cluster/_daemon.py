@@ -2,8 +2,12 @@
 
 Every node is bound to 127.0.0.1 (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` keeps Ray from picking
 a routable address, and nodes are added through Ray's in-process cluster utility, which does not
-rewrite the head address the way ``ray start`` does). SIGTERM shuts every node down and removes
-the state file.
+rewrite the head address the way ``ray start`` does). Every node runs with Ray's token
+authentication (``RAY_AUTH_MODE=token``), reading the token from the file ``--auth-token-file``
+names, so its RPC servers and its dashboard agent's HTTP server (which serves the session's log
+listing at ``/logs/``) refuse a caller without that token; Ray's session folder (logs, sockets)
+is inside a folder only this user may enter. SIGTERM shuts every node down and removes the state
+and token files.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import threading
 import time
 from pathlib import Path
 
+from ._local import private_ray_temp_dir
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="clonefleet-cluster-daemon")
@@ -23,9 +29,22 @@ def main() -> int:
     parser.add_argument("--cpus", type=int, default=1)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--state", required=True)
+    parser.add_argument("--auth-token-file", required=True)
     args = parser.parse_args()
+    token_file = Path(args.auth_token_file).resolve()
+    if not token_file.is_file() or not token_file.read_text().strip():
+        parser.error(f"no token in {token_file}")
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    # Ray's nodes take over SIGTERM and would first wait up to 30 s for the node to drain (for
+    # Ray Serve); `cluster down` stops the processes at once instead.
+    os.environ.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
+    # Ray reads these when it loads (in this process and in every node process it starts, which
+    # inherit this environment); a RAY_AUTH_TOKEN from the caller's shell would take precedence
+    # over the file, so it goes.
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(token_file)
+    os.environ.pop("RAY_AUTH_TOKEN", None)
     from ray.cluster_utils import Cluster
 
     stop = threading.Event()
@@ -39,6 +58,7 @@ def main() -> int:
             "include_dashboard": False,
             "node_ip_address": "127.0.0.1",
             "gcs_server_port": args.port,
+            "temp_dir": str(private_ray_temp_dir()),
         },
     )
     try:
@@ -51,6 +71,8 @@ def main() -> int:
             "nodes": args.nodes,
             "cpus_per_node": args.cpus,
             "started_at": time.time(),
+            "auth": "token",
+            "auth_token_path": str(token_file),
             "ready": True,
         }
         tmp = state_file.with_suffix(".tmp")
@@ -61,6 +83,7 @@ def main() -> int:
     finally:
         cluster.shutdown()
         state_file.unlink(missing_ok=True)
+        token_file.unlink(missing_ok=True)
     return 0
 
 

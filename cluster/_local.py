@@ -5,6 +5,11 @@ bound to 127.0.0.1 on distinct ports, and records the address in a state file; l
 invocations (``run --detach``, ``jobs``, ``events``) find it there. ``down`` asks the daemon to
 stop its nodes, and nothing else: other Ray instances on the machine are left alone.
 
+The cluster runs with Ray's token authentication: ``up`` writes a fresh random token to
+``auth_token`` next to the state file, readable by its owner only (mode 0600, created that way,
+never widened), and every node reads it through ``RAY_AUTH_TOKEN_PATH``. A client without that
+token, or with another, is refused by every node's RPC and HTTP servers. ``down`` removes it.
+
 This module does not import Ray; the daemon (``_daemon.py``) does.
 """
 
@@ -12,25 +17,64 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from ..errors import ClusterError, UsageError
 
-__all__ = ["cluster_down", "cluster_up", "read_state", "resolve_address", "state_path"]
+__all__ = [
+    "cluster_down",
+    "cluster_up",
+    "local_token_path",
+    "private_ray_temp_dir",
+    "read_state",
+    "resolve_address",
+    "state_path",
+    "token_path",
+]
+
+
+def _state_dir() -> Path:
+    base = os.environ.get("CLONEFLEET_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "clonefleet"
+    )
+    return Path(base)
 
 
 def state_path() -> Path:
     """Where the running cluster is recorded (``$CLONEFLEET_STATE_DIR`` overrides)."""
-    base = os.environ.get("CLONEFLEET_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "clonefleet"
-    )
-    return Path(base) / "cluster.json"
+    return _state_dir() / "cluster.json"
+
+
+def token_path() -> Path:
+    """Where the running cluster's authentication token is (next to :func:`state_path`)."""
+    return _state_dir() / "auth_token"
+
+
+def _write_token(path: Path) -> None:
+    """Write a fresh random token to ``path``, readable and writable by its owner only.
+
+    The file is created with mode 0600 (never briefly wider) under a temporary name and then
+    renamed over ``path``, so a reader sees the old token or the new one, never part of one.
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, secrets.token_hex(32).encode())  # 256 bits, as Ray's own generator
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def _alive(pid: int) -> bool:
@@ -58,8 +102,47 @@ def read_state() -> dict[str, Any] | None:
         return None
     if not _alive(int(state.get("pid", 0))):
         path.unlink(missing_ok=True)
+        if state.get("auth_token_path"):
+            Path(str(state["auth_token_path"])).unlink(missing_ok=True)
         return None
     return state
+
+
+def private_ray_temp_dir() -> Path:
+    """Ray's temporary folder for the instances clonefleet starts (embedded and ``cluster up``).
+
+    Ray makes its temporary folder, each session folder and its log files readable (and the
+    folders writable) by every user, and puts its sockets there; the folder clonefleet gives it
+    sits inside ``clonefleet-UID`` in the system's temporary folder, which only this user may
+    enter (mode 0700), so other users reach neither the logs nor the sockets. When that name is
+    taken by something this user does not own, a fresh private folder is used instead.
+    """
+    system = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    base = Path(system) / f"clonefleet-{os.getuid()}"
+    try:
+        base.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix="clonefleet-", dir=system)) / "ray"
+    info = base.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        return Path(tempfile.mkdtemp(prefix="clonefleet-", dir=system)) / "ray"
+    if info.st_mode & 0o077:
+        base.chmod(0o700)
+    return base / "ray"
+
+
+def local_token_path(address: str | None) -> Path | None:
+    """The token file of the cluster ``up`` started when ``address`` is that cluster's address
+    (``None`` for any other address, or when that cluster has no token file)."""
+    if not address:
+        return None
+    state = read_state()
+    if not state or state.get("address") != address or not state.get("auth_token_path"):
+        return None
+    path = Path(str(state["auth_token_path"]))
+    return path if path.is_file() else None
 
 
 def resolve_address(address: str | None) -> str | None:
@@ -99,8 +182,10 @@ def cluster_up(
             f"a clonefleet cluster is already running at {existing['address']}; `clonefleet cluster down` stops it"
         )
     path = state_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     log = path.with_name("cluster.log")
+    token = token_path()
+    _write_token(token)
     cpus = cpus_per_node or max((os.cpu_count() or 2) // nodes, 1)
     cmd = [
         sys.executable,
@@ -114,6 +199,8 @@ def cluster_up(
         str(port or _free_port()),
         "--state",
         str(path),
+        "--auth-token-file",
+        str(token),
     ]
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
     with open(log, "wb") as out:
@@ -128,12 +215,14 @@ def cluster_up(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            token.unlink(missing_ok=True)
             raise ClusterError(f"the cluster daemon exited ({proc.returncode}): {_tail(log)}")
         state = read_state()
         if state and state.get("ready"):
             return state
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
+    token.unlink(missing_ok=True)
     raise ClusterError(f"the cluster did not come up within {timeout_s:g}s: {_tail(log)}")
 
 
@@ -157,4 +246,7 @@ def cluster_down(timeout_s: float = 60.0) -> bool:
     if _alive(pid):
         os.killpg(pid, signal.SIGKILL)
     state_path().unlink(missing_ok=True)
+    token = state.get("auth_token_path")
+    if token:
+        Path(str(token)).unlink(missing_ok=True)
     return True

@@ -17,7 +17,16 @@ from typing import Any
 
 __all__ = ["package_snapshot", "remote_runtime_env"]
 
-_SUBPACKAGES = ("", "actors", "scheduler", "definitions", "providers", "cluster", "testing")
+_SUBPACKAGES = (
+    "",
+    "actors",
+    "config",
+    "scheduler",
+    "definitions",
+    "providers",
+    "cluster",
+    "testing",
+)
 _DATA = ("definitions/shipped/*.md", "definitions/fragments/*.md", "cluster/*.yaml")
 
 

@@ -15,6 +15,7 @@ from ._catalog import load_file as load_file
 from ._catalog import subagent_search_path as subagent_search_path
 from ._exit_schema import check_exit_schema as check_exit_schema
 from ._exit_schema import exit_schema_enum_warnings as exit_schema_enum_warnings
+from ._limits import MAX_OUTPUT_CHARS as MAX_OUTPUT_CHARS
 from ._model import DEFAULT_EXIT_SCHEMA as DEFAULT_EXIT_SCHEMA
 from ._model import RESERVED_NAME as RESERVED_NAME
 from ._model import CloneInfo as CloneInfo
@@ -43,6 +44,7 @@ from ._skills import skill_allowed as skill_allowed
 
 __all__ = [
     "DEFAULT_EXIT_SCHEMA",
+    "MAX_OUTPUT_CHARS",
     "RESERVED_NAME",
     "SHIPPED_DIR",
     "AgentDefinition",

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import difflib
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..config import Config
+from ..config import Config, printable
 from ..errors import DefinitionError
 from ._build import build_definition, build_python
 from ._model import RESERVED_NAME, Definition, LoadFailure, LoadReason, LoadWarning
@@ -36,6 +37,9 @@ __all__ = [
     "load_catalog",
     "load_directory",
     "load_file",
+    "load_file_reported",
+    "not_regular",
+    "path_kind",
     "subagent_search_path",
 ]
 
@@ -84,6 +88,48 @@ def _failure(exc: DefinitionError, path: Path) -> LoadFailure:
     return LoadFailure(path=exc.path or str(path), reason=str(exc.reason), message=exc.message)
 
 
+def load_file_reported(path: Path, *, shipped: bool = False) -> Definition | LoadFailure:
+    """:func:`load_file`, with any failure turned into the file's :class:`LoadFailure`.
+
+    Besides the loader's own ``DefinitionError``, an unexpected exception while loading one file
+    is reported for that file (``invalid-definition``) rather than stopping the other files.
+    """
+    try:
+        return load_file(path, shipped=shipped)
+    except DefinitionError as exc:
+        return _failure(exc, path)
+    except Exception as exc:  # belt: one hostile file never breaks the others
+        return LoadFailure(
+            path=str(path),
+            reason=LoadReason.INVALID_DEFINITION,
+            message=f"the definition could not be loaded ({type(exc).__name__}: {str(exc)[:200]})",
+        )
+
+
+def path_kind(path: Path) -> tuple[int | None, str | None]:
+    """``(st_mode, None)`` of ``path`` (symbolic links followed), or ``(None, None)`` when it does
+    not exist, or ``(None, problem)`` when it cannot be looked at (a name too long, no access)."""
+    try:
+        return os.stat(path).st_mode, None
+    except (FileNotFoundError, NotADirectoryError):
+        return None, None
+    except (OSError, ValueError) as exc:
+        return None, f"cannot look at it: {getattr(exc, 'strerror', None) or exc}"
+
+
+def not_regular(mode: int) -> str:
+    """Why a path of this mode is not a definition file (a FIFO, a device, a socket)."""
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return f"not a regular file ({kind}); it is not opened"
+    return "not a regular file; it is not opened"
+
+
 def _warnings_of(defn: Definition) -> list[LoadWarning]:
     return [LoadWarning(path=defn.path, name=defn.name, message=m) for m in defn.warnings]
 
@@ -124,8 +170,24 @@ def _md_entries(folder: Path, follow_symlinks: bool, result: DirectoryLoad) -> l
                 )
             )
             continue
-        if entry.is_file(follow_symlinks=follow_symlinks):
+        try:
+            mode = entry.stat(follow_symlinks=follow_symlinks).st_mode
+        except OSError as exc:
+            result.errors.append(
+                LoadFailure(
+                    path=str(path),
+                    reason=LoadReason.IO_ERROR,
+                    message=f"cannot read the file: {exc.strerror or exc}",
+                )
+            )
+            continue
+        if stat.S_ISREG(mode):
             files.append(path)
+        elif not stat.S_ISDIR(mode):
+            # A FIFO would block the reader forever; devices and sockets are no files either.
+            result.errors.append(
+                LoadFailure(path=str(path), reason=LoadReason.IO_ERROR, message=not_regular(mode))
+            )
     return files
 
 
@@ -138,23 +200,28 @@ def load_directory(
     Files of this folder that define the same name are all rejected with ``name-collision``.
     """
     result = DirectoryLoad()
-    if not folder.exists():
+    mode, problem = path_kind(folder)
+    if problem is not None:
+        result.errors.append(
+            LoadFailure(path=str(folder), reason=LoadReason.IO_ERROR, message=problem)
+        )
+        return result
+    if mode is None:
         if explicit:
             result.warnings.append(
                 LoadWarning(path=str(folder), name=None, message="folder does not exist; skipped")
             )
         return result
-    if not folder.is_dir():
+    if not stat.S_ISDIR(mode):
         result.errors.append(
             LoadFailure(path=str(folder), reason=LoadReason.IO_ERROR, message="not a folder")
         )
         return result
     loaded: list[Definition] = []
     for path in _md_entries(folder, follow_symlinks, result):
-        try:
-            defn = load_file(path, shipped=shipped)
-        except DefinitionError as exc:
-            result.errors.append(_failure(exc, path))
+        defn = load_file_reported(path, shipped=shipped)
+        if isinstance(defn, LoadFailure):
+            result.errors.append(defn)
             continue
         loaded.append(defn)
         result.warnings += _warnings_of(defn)
@@ -234,7 +301,9 @@ class Catalog:
         for failure in self.errors:
             if Path(failure.path).name.lower() == f"{name}.md".lower():
                 raise DefinitionError(
-                    f"agent {name!r} did not load: {failure.message}; available agents: {available}",
+                    # The message may quote the file (a key, a value): keep its control
+                    # characters off the terminal the error is printed on.
+                    f"agent {name!r} did not load: {printable(failure.message)}; available agents: {available}",
                     failure.reason,
                     failure.path,
                     "name",
@@ -289,6 +358,15 @@ def discover(
             except DefinitionError as exc:
                 total.errors.append(
                     LoadFailure(path=where, reason=str(exc.reason), message=exc.message)
+                )
+                continue
+            except Exception as exc:  # belt: one hostile entry never breaks the others
+                total.errors.append(
+                    LoadFailure(
+                        path=where,
+                        reason=LoadReason.INVALID_DEFINITION,
+                        message=f"the definition could not be loaded ({type(exc).__name__}: {str(exc)[:200]})",
+                    )
                 )
                 continue
             total.definitions.append(defn)

@@ -8,6 +8,7 @@ What the keys mean is decided in ``_rules`` and ``_build``.
 
 from __future__ import annotations
 
+import errno
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from ..config import BoundedSafeLoader, read_regular_file, safe_load_yaml, yaml_problem
 from ..errors import DefinitionError
 from ._model import LoadReason
 
@@ -67,8 +69,9 @@ class RawDefinition:
     warnings: tuple[str, ...] = field(default=())
 
 
-class _FrontmatterLoader(yaml.SafeLoader):
-    """SafeLoader without anchors/aliases, duplicate keys or implicit timestamps."""
+class _FrontmatterLoader(BoundedSafeLoader):
+    """The bounded safe loader (depth, integers, refused tags, dates as strings; see
+    ``clonefleet.config.BoundedSafeLoader``) without anchors/aliases or duplicate keys."""
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()  # type: ignore[no-untyped-call]
@@ -92,22 +95,13 @@ class _FrontmatterLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-# Dates stay strings: a `name: 2024-01-01` or a description that happens to be a date is text.
-_FrontmatterLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-
-
 def _invalid(message: str, path: str | None) -> DefinitionError:
     return DefinitionError(message, LoadReason.INVALID_FRONTMATTER, path)
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    mark = getattr(exc, "problem_mark", None)
     # +2: the mark is 0-based within the frontmatter, which starts on the file's second line.
-    return f"{problem} (line {mark.line + 2})" if mark is not None else str(problem)
+    return yaml_problem(exc, first_line=2)
 
 
 class _SyntaxProblem(DefinitionError):
@@ -121,7 +115,9 @@ def load_yaml_mapping(text: str, path: str | None) -> dict[str, Any]:
         DefinitionError: ``invalid-frontmatter`` naming the YAML problem and its line.
     """
     try:
-        data = yaml.load(text, Loader=_FrontmatterLoader)  # noqa: S506 - a SafeLoader subclass
+        # Every failure of the scanner, parser or a tag's converter (`!!int x`, a 5,000-digit
+        # number) arrives as a YAMLError.
+        data = safe_load_yaml(text, _FrontmatterLoader)
     except (yaml.scanner.ScannerError, yaml.parser.ParserError) as exc:
         message = f"frontmatter is not valid YAML: {_yaml_problem(exc)}"
         raise _SyntaxProblem(message, LoadReason.INVALID_FRONTMATTER, path) from None
@@ -266,18 +262,16 @@ def parse_file(path: Path) -> RawDefinition:
     """
     where = str(path)
     try:
-        with path.open("rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
+        # Refuses FIFOs and devices before opening (and again on the open descriptor), and
+        # never reads more than the cap.
+        data = read_regular_file(path, MAX_FILE_BYTES)
     except OSError as exc:
-        raise DefinitionError(
-            f"cannot read the file: {exc.strerror or exc}", LoadReason.IO_ERROR, where
-        ) from None
-    if len(data) > MAX_FILE_BYTES:
-        raise DefinitionError(
-            f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB",
-            LoadReason.IO_ERROR,
-            where,
+        message = (
+            f"the file is larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB"
+            if exc.errno == errno.EFBIG
+            else f"cannot read the file: {exc.strerror or exc}"
         )
+        raise DefinitionError(message, LoadReason.IO_ERROR, where) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

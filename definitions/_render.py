@@ -113,6 +113,16 @@ def _template_line(exc: BaseException) -> int | None:
     return line
 
 
+_MAX_DETAIL_CHARS = 1_000
+"""Longest error detail quoted from a failed render (a message may quote a huge value)."""
+
+
+def _short(text: str) -> str:
+    if len(text) <= _MAX_DETAIL_CHARS:
+        return text
+    return f"{text[:_MAX_DETAIL_CHARS]}... ({len(text) - _MAX_DETAIL_CHARS:,} more characters)"
+
+
 def _translate(
     exc: BaseException, what: str, variables: Mapping[str, Any], path: str | None, field: str
 ) -> TemplateError:
@@ -120,11 +130,14 @@ def _translate(
     at = f" (line {line})" if line else ""
     if isinstance(exc, TemplateSyntaxError):
         return TemplateError(
-            f"{what}: template syntax error{at}: {exc.message}", "template-syntax", path, field
+            f"{what}: template syntax error{at}: {_short(str(exc.message))}",
+            "template-syntax",
+            path,
+            field,
         )
     if isinstance(exc, SecurityError):
         return TemplateError(
-            f"{what}: not allowed by the template sandbox{at}: {exc}",
+            f"{what}: not allowed by the template sandbox{at}: {_short(str(exc))}",
             "template-security",
             path,
             field,
@@ -132,7 +145,7 @@ def _translate(
     if isinstance(exc, UndefinedError):
         names = ", ".join(sorted(variables))
         return TemplateError(
-            f"{what}: {exc.message}{at}; defined variables: {names}"
+            f"{what}: {_short(str(exc.message))}{at}; defined variables: {_short(names)}"
             " (wrap literal braces in {% raw %}...{% endraw %})",
             "undefined-variable",
             path,
@@ -152,7 +165,9 @@ def _translate(
             field,
         )
     detail = exc.message if isinstance(exc, JinjaTemplateError) and exc.message else str(exc)
-    return TemplateError(f"{what}: {type(exc).__name__}{at}: {detail}", "render-error", path, field)
+    return TemplateError(
+        f"{what}: {type(exc).__name__}{at}: {_short(detail)}", "render-error", path, field
+    )
 
 
 def _check_source(source: str, what: str, path: str | None, field: str) -> None:

@@ -6,13 +6,22 @@ status; everything it reports is computed here so it can be tested without a sub
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..config import Config
-from ..errors import DefinitionError
-from ._catalog import SHIPPED_DIR, Catalog, DirectoryLoad, discover, load_directory, load_file
+from ._catalog import (
+    SHIPPED_DIR,
+    Catalog,
+    DirectoryLoad,
+    discover,
+    load_directory,
+    load_file_reported,
+    not_regular,
+    path_kind,
+)
 from ._model import Definition, LoadFailure, LoadReason, LoadWarning
 
 __all__ = ["agents_report", "validate_report"]
@@ -31,32 +40,32 @@ def _load_paths(paths: Sequence[Path], config: Config | None) -> DirectoryLoad:
     total = DirectoryLoad()
     for raw in paths:
         path = Path(raw).expanduser()
-        if path.is_dir():
+        mode, problem = path_kind(path)
+        if problem is not None or mode is None:
+            message = problem or "no such file or folder"
+            total.errors.append(
+                LoadFailure(path=str(path), reason=LoadReason.IO_ERROR, message=message)
+            )
+        elif stat.S_ISDIR(mode):
             total.extend(
                 load_directory(
                     path, follow_symlinks=follow, shipped=_is_shipped(path), explicit=True
                 )
             )
-        elif path.exists():
-            try:
-                defn = load_file(path, shipped=_is_shipped(path))
-            except DefinitionError as exc:
-                total.errors.append(
-                    LoadFailure(
-                        path=exc.path or str(path), reason=str(exc.reason), message=exc.message
-                    )
-                )
+        elif not stat.S_ISREG(mode):
+            # A FIFO named on the command line would block `validate` forever: never open it.
+            total.errors.append(
+                LoadFailure(path=str(path), reason=LoadReason.IO_ERROR, message=not_regular(mode))
+            )
+        else:
+            defn = load_file_reported(path, shipped=_is_shipped(path))
+            if isinstance(defn, LoadFailure):
+                total.errors.append(defn)
                 continue
             total.definitions.append(defn)
             total.warnings += [
                 LoadWarning(path=defn.path, name=defn.name, message=m) for m in defn.warnings
             ]
-        else:
-            total.errors.append(
-                LoadFailure(
-                    path=str(path), reason=LoadReason.IO_ERROR, message="no such file or folder"
-                )
-            )
     return total
 
 

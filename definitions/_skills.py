@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 
 from ..config import Config
 from ..errors import DefinitionError
-from ._catalog import global_config_dir
+from ._catalog import global_config_dir, path_kind
 from ._model import Definition, InjectedSkill, LoadFailure, LoadReason, LoadWarning
 from ._parse import NAMESPACE_KEYS, parse_file
 
@@ -113,10 +114,12 @@ def _skill_file(entry: Path, follow: bool) -> Path | None:
     try:
         with os.scandir(entry) as children:
             for child in children:
+                # Anything but a folder is returned, so a FIFO or device named SKILL.md is
+                # reported by the reader (which refuses it unopened) instead of vanishing.
                 if (
                     child.name.lower() == "skill.md"
                     and (follow or not child.is_symlink())
-                    and child.is_file()
+                    and not child.is_dir()
                 ):
                     return entry / child.name
     except OSError:
@@ -140,7 +143,10 @@ def _load_folder(folder: Path, follow: bool, catalog: SkillCatalog) -> None:
                 LoadWarning(path=str(path), name=None, message="symbolic link skipped")
             )
             continue
-        if not entry.is_dir():
+        try:
+            if not entry.is_dir():
+                continue
+        except OSError:
             continue
         skill_md = _skill_file(path, follow)
         if skill_md is None:
@@ -151,6 +157,15 @@ def _load_folder(folder: Path, follow: bool, catalog: SkillCatalog) -> None:
             catalog.errors.append(
                 LoadFailure(
                     path=exc.path or str(skill_md), reason=str(exc.reason), message=exc.message
+                )
+            )
+            continue
+        except Exception as exc:  # belt: one hostile skill never breaks the others
+            catalog.errors.append(
+                LoadFailure(
+                    path=str(skill_md),
+                    reason=LoadReason.INVALID_DEFINITION,
+                    message=f"the skill could not be loaded ({type(exc).__name__}: {str(exc)[:200]})",
                 )
             )
             continue
@@ -168,7 +183,12 @@ def load_skills(cwd: Path, dirs: Sequence[Path] = (), config: Config | None = No
     follow = bool(config and config.discovery.follow_symlinks_for_configs)
     catalog = SkillCatalog()
     for folder, explicit in skill_search_path(Path(cwd), dirs):
-        if folder.is_dir():
+        mode, problem = path_kind(folder)
+        if problem is not None:
+            catalog.errors.append(
+                LoadFailure(path=str(folder), reason=LoadReason.IO_ERROR, message=problem)
+            )
+        elif mode is not None and stat.S_ISDIR(mode):
             _load_folder(folder, follow, catalog)
         elif explicit:
             catalog.warnings.append(

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from ..config import ProviderConfig
+from ..config import ANTHROPIC_BASE_URL, ANTHROPIC_KEY_ENV, ProviderConfig, check_base_url
 from ..errors import ConfigError
 from ._anthropic import ANTHROPIC_VERSION, AnthropicModel
 from ._openai import OpenAIModel
@@ -18,8 +18,6 @@ from ._transport import HTTPProvider
 from ._types import Model
 
 __all__ = ["ANTHROPIC_BASE_URL", "build_provider"]
-
-ANTHROPIC_BASE_URL = "https://api.anthropic.com/v1"
 
 
 def build_provider(
@@ -52,8 +50,9 @@ def build_provider(
         raise ConfigError(
             f"provider kind {cfg.kind!r} is not an HTTP provider", config_path, f"{where}.kind"
         )
-    base_url = _check_base_url(cfg.base_url or ANTHROPIC_BASE_URL, config_path, f"{where}.base_url")
-    key_env = cfg.api_key_env or ("ANTHROPIC_API_KEY" if cfg.kind == "anthropic" else None)
+    # Checked when the config loaded too; again here for entries made in code.
+    base_url = check_base_url(cfg.base_url or ANTHROPIC_BASE_URL, config_path, f"{where}.base_url")
+    key_env = cfg.api_key_env or (ANTHROPIC_KEY_ENV if cfg.kind == "anthropic" else None)
     key = _read_key(name, key_env, config_path, f"{where}.api_key_env") if key_env else None
 
     def provider(headers: dict[str, str]) -> HTTPProvider:
@@ -74,18 +73,6 @@ def build_provider(
         base_url = base_url.rstrip("/") + "/v1"
     anthropic = provider({"x-api-key": key or "", "anthropic-version": ANTHROPIC_VERSION})
     return AnthropicModel(anthropic), anthropic.aclose
-
-
-def _check_base_url(url: str, config_path: str | None, key: str) -> str:
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        raise ConfigError(f"base_url {url!r} is not a URL ({exc})", config_path, key) from exc
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ConfigError(
-            f"base_url {url!r} must be an http:// or https:// URL with a host", config_path, key
-        )
-    return url
 
 
 def _read_key(name: str, env: str, config_path: str | None, key: str) -> str:

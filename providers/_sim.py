@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,11 +18,15 @@ from typing import Any
 
 import yaml
 
+from ..config import printable, read_regular_file, safe_load_yaml, yaml_problem
 from ..errors import ConfigError, ModelBehaviorError, ModelHTTPError, ModelTimeout
 from ..vocab import Outcome, status_family
 from ._types import ModelRequest, ModelResponse, Role, ToolCall, Usage
 
 __all__ = ["SimBrain", "SimScript", "SimStep", "SimulatedModel", "instance_from_schema"]
+
+MAX_SCRIPT_BYTES = 8 * 1024 * 1024
+"""A simulation script larger than this is refused without being parsed."""
 
 _STEP_KEYS = {
     "tool",
@@ -69,16 +74,30 @@ class SimScript:
 
     @classmethod
     def load(cls, path: str | Path) -> SimScript:
-        """Read a script file.
+        """Read a script file: a regular file of at most 8 MiB, YAML within the bounds of
+        ``clonefleet.config.BoundedSafeLoader`` (nesting, alias expansion, integer size).
 
         Raises:
-            ConfigError: unreadable, not YAML, or a step with unknown keys.
+            ConfigError: unreadable, not a regular file, too large, not YAML, or a bad step.
         """
+        where = printable(str(path))
         try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read simulation script: {exc}", str(path)) from exc
-        return cls.from_data(data, str(path))
+            raw = read_regular_file(path, MAX_SCRIPT_BYTES)
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read simulation script: {exc.strerror or exc}", where
+            ) from None
+        try:
+            data = safe_load_yaml(raw.decode("utf-8")) or {}
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                f"cannot read simulation script: not UTF-8 text (byte {exc.start})", where
+            ) from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(
+                f"cannot read simulation script: not valid YAML: {yaml_problem(exc)}", where
+            ) from None
+        return cls.from_data(data, where)
 
     agents: dict[str, SimScript] = field(default_factory=dict)
     """Per-definition scripts (``agents: {name: {default, clones}}``), for nested spawns where
@@ -93,7 +112,10 @@ class SimScript:
         clones_raw = data.get("clones") or {}
         if not isinstance(clones_raw, dict):
             raise ConfigError("`clones` maps a clone index to a list of steps", path, "clones")
-        clones = {_index(k, path): _steps(v, path, f"clones.{k}") for k, v in clones_raw.items()}
+        clones = {
+            _index(k, path): _steps(v, path, printable(f"clones.{k}"))
+            for k, v in clones_raw.items()
+        }
         agents_raw = data.get("agents") or {}
         if not isinstance(agents_raw, dict) or any(
             not isinstance(v, dict) or "agents" in v for v in agents_raw.values()
@@ -115,14 +137,15 @@ class SimScript:
 
 
 def _index(raw: Any, path: str) -> int:
+    key = printable(f"clones.{raw}")
     try:
         index = int(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigError(
-            f"clone index {raw!r} is not a whole number", path, f"clones.{raw}"
+            f"clone index {printable(repr(raw))} is not a whole number", path, key
         ) from None
     if index < 0 or isinstance(raw, bool):
-        raise ConfigError(f"clone index {raw!r} must be 0 or more", path, f"clones.{raw}")
+        raise ConfigError(f"clone index {printable(repr(raw))} must be 0 or more", path, key)
     return index
 
 
@@ -162,6 +185,14 @@ def _steps(raw: Any, path: str, key: str) -> tuple[SimStep, ...]:
                 path,
                 f"{key}.{i}.error",
             )
+        for name in ("retry_after", "latency_ms"):
+            value = step.get(name)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                raise ConfigError(
+                    f"step {i}: `{name}` must be a finite number of 0 or more",
+                    path,
+                    f"{key}.{i}.{name}",
+                )
         out.append(
             SimStep(
                 **{

@@ -26,7 +26,7 @@ from ..errors import ConfigError, UsageError
 from ..providers import SimScript
 from ..vocab import WORK_TOOLS, canonical_tool
 
-__all__ = ["BatchRequest", "check_count", "plan_specs", "resolve_tools"]
+__all__ = ["BatchRequest", "check_count", "check_request", "plan_specs", "resolve_tools"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,6 +64,31 @@ def check_count(count: Any, config: Config) -> int:
             f"count {count} is above limits.max_count ({config.limits.max_count}); raise it in the config to allow more"
         )
     return count
+
+
+def _check_slots(value: Any, flag: str) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise UsageError(f"{flag} must be a whole number of 1 or more, got {value!r}")
+
+
+def check_request(req: BatchRequest, config: Config) -> None:
+    """Check what a request asks for besides the count: the prompt is text of at most
+    ``limits.max_prompt_chars`` characters; ``clones_per_actor`` and ``max_concurrency`` are
+    absent or at least 1.
+
+    Raises:
+        UsageError: naming the option and the limit.
+    """
+    if not isinstance(req.prompt, str):
+        raise UsageError(f"the prompt must be text, got {type(req.prompt).__name__}")
+    limit = config.limits.max_prompt_chars
+    if len(req.prompt) > limit:
+        raise UsageError(
+            f"the prompt has {len(req.prompt):,} characters, above limits.max_prompt_chars"
+            f" ({limit:,}); raise it in the config to allow more"
+        )
+    _check_slots(req.clones_per_actor, "--clones-per-actor (clones_per_actor)")
+    _check_slots(req.max_concurrency, "--max-concurrency (max_concurrency)")
 
 
 def resolve_tools(defn: Definition, caller_tools: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -167,10 +192,11 @@ def plan_specs(
     """Render every clone of the batch and return their specs (nothing is started).
 
     Raises:
-        UsageError: bad count, cwd or model.
+        UsageError: bad count, prompt (too long), cwd, model, clones per actor or concurrency.
         DefinitionError: unknown agent, invalid definition, render failure.
     """
     count = check_count(req.count, config)
+    check_request(req, config)
     if len(job_ids) != count:
         raise UsageError("one job id per clone is needed")
     defn = catalog.get(req.agent)

@@ -4,8 +4,8 @@
 itself. It reaches clone hosts only through :class:`~clonefleet.scheduler._hosts.HostLike` (see
 ``_hosts.py``), so tests drive it with in-process hosts and the Ray shell gives it actor-backed
 ones; events go to the log of ``_events.py``. It owns which job runs where and when; it never
-renders definitions for a user's batch (the client does that before submitting, so nothing
-starts on a render error).
+renders a template: the client renders a user's batch before submitting (so nothing starts on
+a render error), and the parent's clone host renders a nested spawn (``_nested.py``).
 """
 
 from __future__ import annotations
@@ -15,25 +15,27 @@ import time
 from collections import deque
 from collections.abc import Coroutine, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Unpack
 
 from .. import control as api
 from ..actors import CloneSpec
 from ..config import Config
 from ..control import Seconds
-from ..definitions import load_catalog
-from ..errors import ClusterError, IdCollision, UnknownJobError, UsageError
+from ..errors import ClusterError, IdCollision, TemplateError, UnknownJobError, UsageError
 from ..vocab import EventType, JobState, Outcome, StopReason, stop_error
-from ._batch import BatchRequest, check_count, plan_specs
+from ._batch import BatchRequest, check_count
 from ._events import EventLog, Pulse
 from ._hosts import HostFactory, HostLike, HostPool, choose_clones_per_actor, node_of
+from ._nested import NestedPlan, check_planned
 from ._state import TERMINAL, BatchSubmission, JobRecord, new_batch_id, new_job_id
 
 __all__ = ["BatchSubmission", "SchedulerCore"]
 
 LONGEST_WAIT_S = 3600.0
 """How long ``job_block`` waits when given no time limit."""
+NESTED_PLAN_TIMEOUT_S = 30.0
+"""How long :meth:`SchedulerCore.spawn_nested` waits for the parent's host to render the child
+batch (the render's own budget is seconds; this only bounds a host that stopped answering)."""
 
 
 class SchedulerCore:
@@ -302,33 +304,48 @@ class SchedulerCore:
     # -- job control ---------------------------------------------------------------------
     async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> api.Submitted:
         """Start a batch on behalf of a running clone (the ``subagent`` tool); see
-        :meth:`JobControl.spawn_nested <clonefleet.control.JobControl.spawn_nested>`."""
+        :meth:`JobControl.spawn_nested <clonefleet.control.JobControl.spawn_nested>`.
+
+        The child batch is rendered on the parent's clone host, never here (see
+        ``scheduler/_nested.py``): this core checks the parent, depth and count, reserves ids,
+        and awaits the host's answer (at most :data:`NESTED_PLAN_TIMEOUT_S`) like any other host
+        call, so a slow or hostile prompt delays no other caller.
+        """
         parent = self._get(parent_job_id)
         parent_spec = self._specs.get(parent_job_id)
-        if parent.state is not JobState.RUNNING or parent_spec is None:
+        host = self.hosts.host_of(parent_job_id)
+        if parent.state is not JobState.RUNNING or parent_spec is None or host is None:
             raise UsageError(
                 f"job {parent_job_id} is {parent.state}; only a running clone can spawn subagents"
             )
         meta = self._batch_meta[parent.batch_id]
         req = _child_request(request, parent, meta.config)
-        catalog = meta.catalog
-        if catalog is None:
-            project = Path(meta.project_path or parent_spec.cwd)
-            dirs = [Path(d) for d in meta.subagents_dirs]
-            catalog = await asyncio.to_thread(load_catalog, project, dirs, meta.config)
         batch_id, job_ids = self.reserve_ids(check_count(req.count, meta.config))
+        plan = NestedPlan(
+            request=req,
+            config=meta.config,
+            batch_id=batch_id,
+            job_ids=tuple(job_ids),
+            caller_cwd=parent_spec.cwd,
+            caller_tools=parent_spec.tools,
+            catalog=meta.catalog,
+            skills=meta.skills,
+            project_path=meta.project_path or parent_spec.cwd,
+            subagents_dirs=meta.subagents_dirs,
+        )
         try:
-            specs = plan_specs(
-                req,
-                catalog,
-                meta.config,
-                batch_id=batch_id,
-                job_ids=job_ids,
-                caller_cwd=Path(parent_spec.cwd),
-                caller_tools=parent_spec.tools,
-                skills=meta.skills,
-            )
-        except Exception:
+            try:
+                async with asyncio.timeout(NESTED_PLAN_TIMEOUT_S):
+                    specs = check_planned(await host.plan(plan), plan)
+            except TimeoutError:
+                raise TemplateError(
+                    f"the subagent's prompt was not rendered within {NESTED_PLAN_TIMEOUT_S:g} s"
+                    f" on clone host {host.host_id}",
+                    "template-limit",
+                ) from None
+            if parent.state is not JobState.RUNNING:
+                raise UsageError(f"job {parent_job_id} ended while its subagents were planned")
+        except BaseException:
             for job_id in job_ids:
                 self._reserved_ids.pop(job_id, None)
             raise

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Unpack
 
 import ray
@@ -56,6 +56,9 @@ class RayHost:
 
     async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
         return await self._host.drain(wait_s)
+
+    async def plan(self, planner: Callable[[], tuple[CloneSpec, ...]]) -> tuple[CloneSpec, ...]:
+        return await self._host.plan(planner)
 
     async def node_id(self) -> str:
         if self._node is None:

@@ -131,6 +131,9 @@ class LocalHost:
     async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
         return await self.core.drain(wait_s)
 
+    async def plan(self, planner: Callable[[], Any]) -> Any:
+        return await self.core.plan(planner)
+
     async def close(self) -> None:
         self.closed = True
         await self.core.aclose()

@@ -23,7 +23,7 @@ import pytest
 import clonefleet
 
 ROOT = Path(clonefleet.__file__).resolve().parent
-PACKAGES = ("actors", "scheduler", "definitions", "providers", "cluster", "testing")
+PACKAGES = ("actors", "config", "scheduler", "definitions", "providers", "cluster", "testing")
 
 ALLOWED: dict[str, set[str]] = {
     "vocab": set(),

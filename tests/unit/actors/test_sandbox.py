@@ -230,3 +230,129 @@ async def test_shell_timeout_kills_the_command_and_its_children(tree, tmp_path):
             break
         await asyncio.sleep(0.02)
     assert not _alive(pid)
+
+
+# -- escapes the check must keep refusing, tool by tool -----------------------------------------
+async def test_relative_and_chained_symlinks_out_are_refused_by_every_reading_tool(tree):
+    root, outside = tree
+    (root / "rel_link").symlink_to(Path("..") / "proj_evil" / "secret.txt")
+    (root / "hop").symlink_to(root / "rel_link")  # inside -> inside -> outside
+    (root / "up").symlink_to(Path(".."), target_is_directory=True)
+    (root / "out_dir").symlink_to(outside, target_is_directory=True)
+    for path in ("rel_link", "hop", "up/proj_evil/secret.txt", "out_dir/secret.txt"):
+        with pytest.raises(ToolRetry, match="outside the launch directory"):
+            await run("file_read", root, path=path)
+        with pytest.raises(ToolRetry, match="outside the launch directory"):
+            await run("file_edit", root, path=path, old_string="TOPSECRET", new_string="x")
+    for path in ("up", "out_dir", "up/proj_evil"):
+        with pytest.raises(ToolRetry, match="outside the launch directory"):
+            await run("grep", root, pattern="TOPSECRET", path=path)
+        with pytest.raises(ToolRetry, match="outside the launch directory"):
+            await run("glob", root, pattern="*", path=path)
+    assert await run("grep", root, pattern="TOPSECRET") == "no matches"
+    assert "secret" not in await run("glob", root, pattern="**/*")
+    assert (outside / "secret.txt").read_text() == "TOPSECRET\n"
+
+
+async def test_write_through_symlinks_and_dotdot_changes_nothing_outside(tree):
+    root, outside = tree
+    (root / "rel_link").symlink_to(Path("..") / "proj_evil" / "secret.txt")
+    (root / "up").symlink_to(Path(".."), target_is_directory=True)
+    for path in ("rel_link", "up/proj_evil/secret.txt", "sub/../../proj_evil/secret.txt"):
+        with pytest.raises(ToolRetry, match="outside the launch directory"):
+            await run("file_write", root, path=path, content="owned")
+    with pytest.raises(ToolRetry, match="outside the launch directory"):
+        await run("file_write", root, path=str(outside / "secret.txt"), content="owned")
+    assert (outside / "secret.txt").read_text() == "TOPSECRET\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["data.txt", "secret.txt"]
+
+
+# -- hard links: a second name of a file may be outside; refused on the opened descriptor ---------
+@pytest.fixture
+def linked(tree: tuple[Path, Path]) -> tuple[Path, Path]:
+    """``tree`` plus ``proj/link.txt`` and ``proj/sub/hard.txt``: hard links to outside files."""
+    root, outside = tree
+    os.link(outside / "secret.txt", root / "link.txt")
+    os.link(outside / "data.txt", root / "sub" / "hard.txt")
+    return root, outside
+
+
+def _outside_unchanged(outside: Path) -> None:
+    assert (outside / "secret.txt").read_text() == "TOPSECRET\n"
+    assert (outside / "data.txt").read_text() == "TOPSECRET data\n"
+    assert os.stat(outside / "secret.txt").st_nlink == 2  # the link itself is left alone
+
+
+async def test_file_read_refuses_a_hard_link_to_a_file_outside(linked):
+    root, outside = linked
+    for path in ("link.txt", "sub/hard.txt", str(root / "link.txt")):
+        with pytest.raises(ToolRetry, match="2 hard links"):
+            await run("file_read", root, path=path)
+    _outside_unchanged(outside)
+
+
+async def test_file_write_refuses_a_hard_link_and_truncates_nothing(linked):
+    root, outside = linked
+    for path in ("link.txt", "sub/hard.txt"):
+        with pytest.raises(ToolRetry, match="hard links"):
+            await run("file_write", root, path=path, content="owned")
+        with pytest.raises(ToolRetry, match="hard links"):
+            await run("file_write", root, path=path, content="")
+    _outside_unchanged(outside)
+
+
+async def test_file_edit_refuses_a_hard_link(linked):
+    root, outside = linked
+    with pytest.raises(ToolRetry, match="hard links"):
+        await run("file_edit", root, path="link.txt", old_string="TOPSECRET", new_string="owned")
+    _outside_unchanged(outside)
+
+
+async def test_grep_skips_hard_links_and_says_so(linked):
+    root, outside = linked
+    out = (await run("grep", root, pattern="TOPSECRET|data")).splitlines()
+    assert out == [
+        "sub/data.txt:1:sub data",
+        "[2 files with more than one hard link were not searched]",
+    ]
+    _outside_unchanged(outside)
+
+
+def test_open_checked_refuses_a_hard_link_before_o_trunc_takes_effect(linked):
+    root, outside = linked
+    checked = resolve_inside(root, "link.txt")
+    with pytest.raises(ToolRetry, match="hard links"):
+        open_checked(root, checked, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with pytest.raises(ToolRetry, match="hard links"):
+        open_checked(root, checked, os.O_RDONLY)
+    _outside_unchanged(outside)
+
+
+async def test_a_file_linked_twice_inside_is_refused_too_and_one_link_is_fine(tree):
+    root, _ = tree
+    os.link(root / "inside.txt", root / "twin.txt")
+    with pytest.raises(ToolRetry, match="hard links"):
+        await run("file_read", root, path="inside.txt")
+    (root / "twin.txt").unlink()
+    assert await run("file_read", root, path="inside.txt") == "inside text\n"
+    await run("file_write", root, path="inside.txt", content="new")
+    assert (root / "inside.txt").read_text() == "new"
+
+
+async def test_file_tools_refuse_a_named_pipe_without_waiting_for_a_writer(tree):
+    root, _ = tree
+    os.mkfifo(root / "pipe")
+    with pytest.raises(ToolRetry, match="not a file"):
+        await run("file_read", root, path="pipe")
+    with pytest.raises(ToolRetry):
+        await run("file_write", root, path="pipe", content="x")
+    assert await run("grep", root, pattern="inside") == "inside.txt:1:inside text"
+
+
+async def test_shell_commands_do_not_see_the_clusters_token(tree, monkeypatch):
+    root, _ = tree
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "cf-canary-token-0123")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", "/secret/path/auth_token")
+    out = await run("shell", root, command="env")
+    assert "cf-canary-token-0123" not in out and "/secret/path/auth_token" not in out
+    assert out.startswith("exit status 0")

@@ -1,36 +1,34 @@
-"""The clonefleet configuration file: providers, models, model groups, limits, discovery.
-
-This module owns parsing and validating the YAML config and the embedded defaults used when no
-file exists (provider ``sim``, models ``sim-small``/``sim-large``, group ``default``). It does
-not reach any provider; ``clonefleet.actors`` turns a resolved model into a live client.
-
-The file is found, in order: ``--config FILE``, ``$CLONEFLEET_CONFIG``, ``.clonefleet/config.yaml``
-in the working directory, ``$XDG_CONFIG_HOME/clonefleet/config.yaml``. None is fine.
+"""The config file's schema: providers, models, model groups, aliases, limits, discovery, inline
+subagents, and the embedded defaults used when no file exists (provider ``sim``, models
+``sim-small``/``sim-large``, group ``default``). Pydantic models, no file access.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
-from .errors import ConfigError
+from ..errors import ConfigError
+from ._files import printable
+
+_STRICT = ConfigDict(frozen=True, extra="forbid")
 
 __all__ = [
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_KEY_ENV",
     "Config",
+    "ConfigSource",
     "DiscoveryConfig",
     "LimitsConfig",
     "ModelConfig",
     "ProviderConfig",
     "SimulatedOptions",
-    "find_config_path",
-    "load_config",
+    "check_base_url",
+    "provider_route",
+    "shown_url",
 ]
-
-_STRICT = ConfigDict(frozen=True, extra="forbid")
 
 
 class SimulatedOptions(BaseModel):
@@ -94,6 +92,8 @@ class LimitsConfig(BaseModel):
     """Fleet-wide number of jobs running at once; ``None`` = no cap."""
     clones_per_actor: int | None = Field(default=None, ge=1)
     """Clones hosted per Ray actor; ``None`` = chosen from batch size and cluster."""
+    max_prompt_chars: int = Field(default=1_000_000, ge=1)
+    """Longest accepted task prompt of one batch (top-level or nested), in characters."""
 
 
 class DiscoveryConfig(BaseModel):
@@ -102,6 +102,26 @@ class DiscoveryConfig(BaseModel):
     model_config = _STRICT
     extra_subagents_dirs: tuple[str, ...] = ()
     follow_symlinks_for_configs: bool = False
+
+
+ANTHROPIC_BASE_URL = "https://api.anthropic.com/v1"
+"""Where an ``anthropic`` provider without ``base_url`` sends its requests."""
+ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"
+"""The key variable of an ``anthropic`` provider without ``api_key_env``."""
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """Where a config came from. ``kind``: ``built-in`` (no file), ``code`` (made in code),
+    ``explicit`` (``--config``, ``Fleet(config=PATH)``), ``env`` (``$CLONEFLEET_CONFIG``),
+    ``project`` (``.clonefleet/config.yaml`` of the working directory) or ``global``. Only a
+    project file can be untrusted: ``trusted`` says whether ``project_dir`` is in the trust
+    records."""
+
+    kind: Literal["built-in", "code", "explicit", "env", "project", "global"] = "code"
+    path: str | None = None
+    trusted: bool = True
+    project_dir: str | None = None
 
 
 class Config(BaseModel):
@@ -119,9 +139,26 @@ class Config(BaseModel):
     """Inline definitions: ``subagents.<name>`` beats every file of that name."""
     path: str | None = None
     """The file this config came from (``None`` for built-in defaults)."""
+    _declared: frozenset[str] = PrivateAttr(default=frozenset())
+    _source: ConfigSource = PrivateAttr(default=ConfigSource())
+
+    @property
+    def source(self) -> ConfigSource:
+        """Where this config came from (set by :func:`load_config`)."""
+        return self._source
+
+    @property
+    def declared_providers(self) -> frozenset[str]:
+        """The providers the file itself names (the rest are built in)."""
+        return self._declared
 
     @model_validator(mode="after")
     def _with_defaults(self) -> Config:
+        self._declared = frozenset(self.providers)
+        for name, entry in self.providers.items():
+            if entry.base_url is not None:  # checked here, so a bad one never reaches Ray
+                where = printable(self.path) if self.path else None
+                check_base_url(entry.base_url, where, f"providers.{printable(name)}.base_url")
         # The embedded simulated provider is always there, so a config that only adds an
         # openai provider still runs definitions that name no model.
         providers = {"sim": ProviderConfig(kind="simulated"), **self.providers}
@@ -186,49 +223,46 @@ class Config(BaseModel):
         return (spec,)
 
 
-def find_config_path(
-    explicit: str | os.PathLike[str] | None = None, cwd: Path | None = None
-) -> Path | None:
-    """Return the config file to use, or ``None`` when there is none."""
-    if explicit:
-        return Path(explicit)
-    env = os.environ.get("CLONEFLEET_CONFIG")
-    if env:
-        return Path(env)
-    cwd = cwd or Path.cwd()
-    local = cwd / ".clonefleet" / "config.yaml"
-    if local.is_file():
-        return local
-    xdg = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    glob = xdg / "clonefleet" / "config.yaml"
-    return glob if glob.is_file() else None
+def provider_route(entry: ProviderConfig) -> tuple[str, str | None] | None:
+    """``(base_url, api_key_env)`` as the provider will use them (an ``anthropic`` provider's
+    defaults filled in): where its requests go and which variable's key goes with them.
+    ``None`` for a simulated provider, which reaches no network and reads no key."""
+    if entry.kind == "simulated":
+        return None
+    if entry.kind == "anthropic":
+        return entry.base_url or ANTHROPIC_BASE_URL, entry.api_key_env or ANTHROPIC_KEY_ENV
+    return entry.base_url or "", entry.api_key_env or None
 
 
-def load_config(path: str | os.PathLike[str] | None = None, cwd: Path | None = None) -> Config:
-    """Load and validate the config (defaults when no file is found).
+def shown_url(url: str) -> str:
+    """``url`` for people: a password or token in it masked, unsafe characters escaped."""
+    scheme, sep, rest = url.partition("://")
+    host, slash, tail = rest.partition("/")
+    if sep and "@" in host:
+        url = f"{scheme}://***@{host.rsplit('@', 1)[1]}{slash}{tail}"
+    return printable(url)
+
+
+def check_base_url(url: str, config_path: str | None, key: str) -> str:
+    """Return ``url`` when it is an ``http://`` or ``https://`` URL with a host.
 
     Raises:
-        ConfigError: the file cannot be read, is not YAML, or breaks the schema; the message
-            names the file and the key.
+        ConfigError: anything else (``file://``, ``javascript:``, no scheme, no host), naming
+            ``config_path`` and ``key``.
     """
-    found = find_config_path(path, cwd)
-    if found is None:
-        return Config()
+    import httpx  # parsed as the provider parses it; imported only when a URL is given
+
     try:
-        text = found.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config: {exc.strerror or exc}", str(found)) from exc
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"not valid YAML: {exc}", str(found)) from exc
-    if not isinstance(data, dict):
-        raise ConfigError("the top level must be a mapping", str(found))
-    try:
-        return Config(**data, path=str(found))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"]) or None
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as exc:
+        problem = printable(str(exc))
         raise ConfigError(
-            f"{first['msg']} ({len(exc.errors())} problem(s))", str(found), key
+            f"base_url '{shown_url(url)}' is not a URL ({problem})", config_path, key
         ) from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigError(
+            f"base_url '{shown_url(url)}' must be an http:// or https:// URL with a host",
+            config_path,
+            key,
+        )
+    return url

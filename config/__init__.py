@@ -1,0 +1,80 @@
+"""The clonefleet configuration file: providers, models, model groups, limits, discovery.
+
+This package owns finding, reading and validating the YAML config and the embedded defaults used when no
+file exists (provider ``sim``, models ``sim-small``/``sim-large``, group ``default``). It does
+not reach any provider; ``clonefleet.actors`` turns a resolved model into a live client.
+
+The file is found, in order: ``--config FILE``, ``$CLONEFLEET_CONFIG``, ``.clonefleet/config.yaml``
+in the working directory, ``$XDG_CONFIG_HOME/clonefleet/config.yaml``. None is fine. A project's
+file (the third) may not add a network provider or change a provider's ``base_url`` or
+``api_key_env`` unless its folder is in the trust records (``clonefleet trust``, ``trust.py``).
+
+Modules: ``_model`` (the schema), ``_load`` (finding and reading), ``_trust`` (trust records of
+project folders), ``_files`` (bounded reading of user files and YAML).
+"""
+
+from __future__ import annotations
+
+from ._files import MAX_CONFIG_BYTES as MAX_CONFIG_BYTES
+from ._files import YAML_MAX_DEPTH as YAML_MAX_DEPTH
+from ._files import YAML_MAX_EXPANDED as YAML_MAX_EXPANDED
+from ._files import YAML_MAX_INT_BITS as YAML_MAX_INT_BITS
+from ._files import YAML_MAX_NODES as YAML_MAX_NODES
+from ._files import BoundedSafeLoader as BoundedSafeLoader
+from ._files import printable as printable
+from ._files import read_regular_file as read_regular_file
+from ._files import safe_load_yaml as safe_load_yaml
+from ._files import yaml_problem as yaml_problem
+from ._load import find_config_path as find_config_path
+from ._load import find_config_source as find_config_source
+from ._load import load_config as load_config
+from ._load import load_config_from as load_config_from
+from ._model import ANTHROPIC_BASE_URL as ANTHROPIC_BASE_URL
+from ._model import ANTHROPIC_KEY_ENV as ANTHROPIC_KEY_ENV
+from ._model import Config as Config
+from ._model import ConfigSource as ConfigSource
+from ._model import DiscoveryConfig as DiscoveryConfig
+from ._model import LimitsConfig as LimitsConfig
+from ._model import ModelConfig as ModelConfig
+from ._model import ProviderConfig as ProviderConfig
+from ._model import SimulatedOptions as SimulatedOptions
+from ._model import check_base_url as check_base_url
+from ._model import provider_route as provider_route
+from ._model import shown_url as shown_url
+from ._trust import needs_trust as needs_trust
+from ._trust import provider_change as provider_change
+from ._trust import read_trust_records as read_trust_records
+from ._trust import trust_file as trust_file
+
+__all__ = [
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_KEY_ENV",
+    "BoundedSafeLoader",
+    "Config",
+    "ConfigSource",
+    "DiscoveryConfig",
+    "LimitsConfig",
+    "MAX_CONFIG_BYTES",
+    "ModelConfig",
+    "ProviderConfig",
+    "SimulatedOptions",
+    "YAML_MAX_DEPTH",
+    "YAML_MAX_EXPANDED",
+    "YAML_MAX_INT_BITS",
+    "YAML_MAX_NODES",
+    "check_base_url",
+    "find_config_path",
+    "find_config_source",
+    "load_config",
+    "load_config_from",
+    "needs_trust",
+    "printable",
+    "provider_change",
+    "provider_route",
+    "read_regular_file",
+    "read_trust_records",
+    "safe_load_yaml",
+    "shown_url",
+    "trust_file",
+    "yaml_problem",
+]

@@ -1,0 +1,121 @@
+"""Which token a Ray session uses, and how ``cluster up`` writes its token file (no Ray started).
+
+The end-to-end checks (a client without the token refused, the log listing refused, an embedded
+run leaving no token behind) are in ``tests/ray/test_cluster_auth.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from clonefleet.cluster import _connect, _local
+
+pytestmark = pytest.mark.timeout(20)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "XDG_STATE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CLONEFLEET_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path
+
+
+def _record_cluster(tmp_path: Path, address: str = "127.0.0.1:6390") -> Path:
+    """A state file as the daemon writes it, for a cluster whose daemon is this process."""
+    _local._write_token(_local.token_path())
+    state = {
+        "address": address,
+        "pid": os.getpid(),
+        "auth": "token",
+        "auth_token_path": str(_local.token_path()),
+        "ready": True,
+    }
+    _local.state_path().write_text(json.dumps(state))
+    return _local.token_path()
+
+
+def test_the_token_file_is_owner_only_whatever_the_umask(tmp_path):
+    old = os.umask(0)
+    try:
+        path = _local.token_path()
+        _local._write_token(path)
+        first = path.read_text()
+        _local._write_token(path)  # `cluster up` again: a new token replaces the old
+    finally:
+        os.umask(old)
+    assert path == tmp_path / "state" / "auth_token"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert len(path.read_text()) == 64 and path.read_text() != first
+    assert [p.name for p in path.parent.iterdir()] == ["auth_token"]  # no temporary file left
+
+
+def test_an_embedded_session_gets_a_fresh_token_in_memory():
+    first = _connect._auth_environment(None)
+    second = _connect._auth_environment(None)
+    assert first["RAY_AUTH_MODE"] == "token" and first["RAY_AUTH_TOKEN_PATH"] is None
+    assert len(first["RAY_AUTH_TOKEN"] or "") == 64
+    assert first["RAY_AUTH_TOKEN"] != second["RAY_AUTH_TOKEN"]
+
+
+def test_an_embedded_session_keeps_the_callers_explicit_choice(monkeypatch):
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert _connect._auth_environment(None) == {}
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", "/somewhere/token")
+    assert _connect._auth_environment(None) == {"RAY_AUTH_MODE": "token"}
+
+
+def test_the_local_cluster_is_joined_with_its_own_token_file(monkeypatch, tmp_path):
+    token = _record_cluster(tmp_path)
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "a token for some other cluster")
+    assert _local.resolve_address("auto") == "127.0.0.1:6390"
+    assert _connect._auth_environment("127.0.0.1:6390") == {
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": None,
+        "RAY_AUTH_TOKEN_PATH": str(token),
+    }
+
+
+def test_other_addresses_send_the_callers_token_when_there_is_one(monkeypatch, tmp_path):
+    _record_cluster(tmp_path)
+    assert _connect._auth_environment("127.0.0.1:7000") == {}  # no token anywhere
+    ray_default = tmp_path / "home" / ".ray" / "auth_token"
+    ray_default.parent.mkdir(parents=True)
+    ray_default.write_text("x" * 64)
+    assert _connect._auth_environment("ray://10.0.0.5:10001") == {"RAY_AUTH_MODE": "token"}
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert _connect._auth_environment("ray://10.0.0.5:10001") == {}
+
+
+def test_a_dead_clusters_record_and_token_go_away(tmp_path):
+    token = _record_cluster(tmp_path)
+    state = json.loads(_local.state_path().read_text())
+    _local.state_path().write_text(json.dumps({**state, "pid": 2**22 + 1}))  # no such process
+    assert _local.read_state() is None
+    assert not token.exists() and not _local.state_path().exists()
+    assert _local.local_token_path("127.0.0.1:6390") is None
+
+
+def test_rays_temporary_folder_is_inside_a_folder_only_its_owner_enters(monkeypatch, tmp_path):
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    base = tmp_path / f"clonefleet-{os.getuid()}"
+    assert _local.private_ray_temp_dir() == base / "ray"
+    assert stat.S_IMODE(base.stat().st_mode) == 0o700
+    base.chmod(0o755)  # loosened since: tightened again
+    assert _local.private_ray_temp_dir() == base / "ray"
+    assert stat.S_IMODE(base.stat().st_mode) == 0o700
+
+    base.rmdir()
+    (tmp_path / "elsewhere").mkdir()
+    base.symlink_to(tmp_path / "elsewhere")  # a planted link is never followed
+    other = _local.private_ray_temp_dir()
+    assert other.parent.parent == tmp_path and other.parent != base
+    assert stat.S_IMODE(other.parent.stat().st_mode) == 0o700
