@@ -23,17 +23,7 @@ from pathlib import Path
 from ._local import private_ray_temp_dir
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(prog="clonefleet-cluster-daemon")
-    parser.add_argument("--nodes", type=int, default=1)
-    parser.add_argument("--cpus", type=int, default=1)
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--state", required=True)
-    parser.add_argument("--auth-token-file", required=True)
-    args = parser.parse_args()
-    token_file = Path(args.auth_token_file).resolve()
-    if not token_file.is_file() or not token_file.read_text().strip():
-        parser.error(f"no token in {token_file}")
+def _ray_environment(token_file: Path) -> None:
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     # Ray's nodes take over SIGTERM and would first wait up to 30 s for the node to drain (for
@@ -45,6 +35,20 @@ def main() -> int:
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(token_file)
     os.environ.pop("RAY_AUTH_TOKEN", None)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="clonefleet-cluster-daemon")
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--cpus", type=int, default=1)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--state", required=True)
+    parser.add_argument("--auth-token-file", required=True)
+    args = parser.parse_args()
+    token_file = Path(args.auth_token_file).resolve()
+    if not token_file.is_file() or not token_file.read_text().strip():
+        parser.error(f"no token in {token_file}")
+    _ray_environment(token_file)
     from ray.cluster_utils import Cluster
 
     stop = threading.Event()

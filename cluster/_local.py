@@ -212,6 +212,13 @@ def cluster_up(
             env=env,
             start_new_session=True,
         )
+    return _wait_until_ready(proc, token, log, timeout_s)
+
+
+def _wait_until_ready(
+    proc: subprocess.Popen[bytes], token: Path, log: Path, timeout_s: float
+) -> dict[str, Any]:
+    """The daemon's state once it says ready; its token goes if it dies or is too slow."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
