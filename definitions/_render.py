@@ -4,8 +4,8 @@ For each clone the caller's task is rendered first (every dialect), then a nativ
 body with the rendered task available as ``prompt``; claude and python bodies are used verbatim.
 All clones are rendered before :func:`render_batch` returns, so one error rejects the batch and
 nothing starts. Templates run in the guarded sandbox of ``_sandbox``, under the caps of
-``_limits``; this module supplies the variables, the output count, the deadlines, the ``@skill:``
-injections and the translation of failures into ``TemplateError``.
+``_limits`` and the budget of ``_budget``; this module supplies the variables, the output count,
+the deadlines, the ``@skill:`` injections and the translation of failures into ``TemplateError``.
 """
 
 from __future__ import annotations
@@ -25,14 +25,8 @@ from jinja2 import TemplateError as JinjaTemplateError
 from jinja2.exceptions import SecurityError
 
 from ..errors import TemplateError, UsageError
-from ._limits import (
-    MAX_OUTPUT_CHARS,
-    RENDER_TIMEOUT_S,
-    Budget,
-    TemplateLimitError,
-    reset_budget,
-    set_budget,
-)
+from ._budget import Budget, reset_budget, set_budget
+from ._limits import MAX_OUTPUT_CHARS, RENDER_TIMEOUT_S, TemplateLimitError
 from ._model import CloneInfo, Definition, InjectedSkill, RenderedClone
 from ._sandbox import guarded_environment
 from ._skills import SkillCatalog, find_skill_refs, load_skills, resolve_skill_refs

@@ -18,6 +18,7 @@ from ..definitions import (
     DEFAULT_EXIT_SCHEMA,
     Catalog,
     Definition,
+    RenderedClone,
     SkillCatalog,
     render_batch,
     skill_allowed,
@@ -218,24 +219,33 @@ def plan_specs(
         available_skills=skills.names() if skills is not None else (),
         skills=skills,
     )
-    from_definition = _from_definition(defn, skills)
+    common: dict[str, Any] = {
+        "batch_id": batch_id,
+        "clone_count": count,
+        "tools": tools,
+        "candidates": tuple(candidates),
+        "fallbacks": fallbacks,
+        "cwd": str(launch),
+        "parent": req.parent,
+        "depth": req.depth,
+        **_from_definition(defn, skills),
+    }
+    return _specs(rendered, job_ids, common)
+
+
+def _specs(
+    rendered: Sequence[RenderedClone], job_ids: Sequence[str], common: dict[str, Any]
+) -> tuple[CloneSpec, ...]:
+    """One spec per rendered clone; each starts at candidate ``index mod group size``."""
     return tuple(
         CloneSpec(
             job_id=job_ids[r.index],
-            batch_id=batch_id,
             clone_index=r.index,
-            clone_count=count,
             instructions=r.instructions,
             task=r.task,
             skills=tuple((s.name, s.body) for s in r.skills),
-            tools=tools,
-            candidates=tuple(candidates),
-            start=r.index % len(candidates),  # clone index mod group size
-            fallbacks=fallbacks,
-            cwd=str(launch),
-            parent=req.parent,
-            depth=req.depth,
-            **from_definition,
+            start=r.index % len(common["candidates"]),
+            **common,
         )
         for r in rendered
     )

@@ -11,15 +11,13 @@ from typing import Any
 import pytest
 
 from clonefleet.definitions import Definition, Dialect, render_batch
-from clonefleet.definitions._limits import (
-    MAX_OUTPUT_CHARS,
-    check_keys,
-    format_size,
-    printf_size,
-    text_size,
-)
+from clonefleet.definitions._format_limits import format_size, printf_size
+from clonefleet.definitions._limits import MAX_OUTPUT_CHARS
 from clonefleet.definitions._sandbox import _Namespace
+from clonefleet.definitions._sizes import check_keys, text_size
 from clonefleet.errors import TemplateError
+
+pytestmark = pytest.mark.timeout(20)
 
 PLAIN = Definition(name="agent", description="d", dialect=Dialect.NATIVE, templated=False, body="")
 P = 2**61 - 1
@@ -169,7 +167,6 @@ def _render(source: str) -> str:
     return clone.task
 
 
-@pytest.mark.timeout(20)
 @pytest.mark.parametrize(("source", "reason"), list(HOSTILE.values()), ids=list(HOSTILE))
 def test_a_hostile_template_fails_clearly_within_two_seconds_and_100_mb(
     source: str, reason: str
@@ -292,7 +289,6 @@ LEGIT: dict[str, tuple[str, str]] = {
 }
 
 
-@pytest.mark.timeout(20)
 @pytest.mark.parametrize(("source", "expected"), list(LEGIT.values()), ids=list(LEGIT))
 def test_a_legitimate_template_still_renders(source: str, expected: str) -> None:
     assert _render(source) == expected
@@ -365,7 +361,7 @@ def test_a_value_past_the_cap_is_refused_before_it_is_built() -> None:
 def test_title_in_slices_matches_jinja2() -> None:
     from jinja2.filters import do_title
 
-    from clonefleet.definitions._sandbox import _f_title
+    from clonefleet.definitions._sandbox_filters import _f_title
 
     words = ["ab", "Cd", "\u00e9f", "-", " ", "\t", "(", "[x", "<y", "{z", "--  "]
     text = "".join(words[(i * 7 + i // 3) % len(words)] for i in range(60_000))
