@@ -246,6 +246,7 @@ class ExitJudge:
         )
         self.timeout_s = timeout_s
         self._validator = exit_validator(schema)
+        self._quick_schema = _is_quick_schema(schema)
         self._status_retries = 0
         self._failing_streak: list[str] = []
 
@@ -255,7 +256,14 @@ class ExitJudge:
 
     async def judge_off_loop(self, payload: Any) -> ExitDecision:
         """:meth:`judge` on a worker thread: a host's clones share one event loop, and a check
-        may take up to ``timeout_s``."""
+        may take up to ``timeout_s``.
+
+        A small payload against a schema with no regular expressions and no references is
+        judged in place: its check is a few microseconds, far less than a thread hand-off, and
+        a batch of thousands of clones makes one such call each.
+        """
+        if self._quick_schema and _is_small(payload):
+            return self.judge(payload)
         return await asyncio.get_running_loop().run_in_executor(_judge_pool(), self.judge, payload)
 
     def judge(self, payload: Any) -> ExitDecision:
@@ -308,3 +316,45 @@ class ExitJudge:
                 )
             self._status_retries += 1
         return ExitDecision(verdict=Verdict.RETRY, error=f"exit_tool rejected: {problem}")
+
+
+_SLOW_KEYWORDS = frozenset(
+    {"pattern", "patternProperties", "propertyNames", "$ref", "$dynamicRef", "uniqueItems"}
+)
+_SMALL_PAYLOAD_VALUES = 256
+
+
+def _is_quick_schema(schema: Any) -> bool:
+    """Whether checking against ``schema`` is cheap for any small payload: no regular
+    expressions, no references, no pairwise comparisons."""
+    stack, seen = [schema], 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > 10_000:
+            return False
+        if isinstance(node, dict):
+            if _SLOW_KEYWORDS & node.keys():
+                return False
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return True
+
+
+def _is_small(payload: Any) -> bool:
+    """Whether ``payload`` has at most a few hundred values and short strings."""
+    stack, seen = [payload], 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > _SMALL_PAYLOAD_VALUES:
+            return False
+        if isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str) and len(node) > 4096:
+            return False
+    return True

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from clonefleet.actors import Clone, ExitJudge, Verdict, schema_errors
+from clonefleet.definitions import DEFAULT_EXIT_SCHEMA
 from clonefleet.testing import ScriptedModel, call, make_spec, reply
 from clonefleet.vocab import Outcome, StopReason
 
@@ -219,3 +220,24 @@ def test_a_pattern_the_regex_engine_refuses_ends_the_run_instead_of_crashing(mon
     finally:
         _exit_bounds._compiled.cache_clear()
     assert decision.verdict is Verdict.BREAK and "regex engine refuses" in (decision.error or "")
+
+
+async def test_a_small_payload_against_a_plain_schema_is_judged_without_a_thread_hop():
+    import threading
+
+    from clonefleet.actors import _exit
+
+    judge = ExitJudge(DEFAULT_EXIT_SCHEMA)
+    seen: list[str] = []
+    real = judge.judge
+
+    def spy(payload):
+        seen.append(threading.current_thread().name)
+        return real(payload)
+
+    judge.judge = spy  # type: ignore[method-assign]
+    await judge.judge_off_loop({"success": True, "summary": "ok"})
+    await judge.judge_off_loop({"success": True, "summary": "x" * 5000})  # a long string: thread
+    assert seen[0] == threading.current_thread().name
+    assert seen[1] != threading.current_thread().name
+    assert not _exit._is_quick_schema({"properties": {"s": {"pattern": "^a+$"}}})
