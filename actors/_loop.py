@@ -296,9 +296,8 @@ class Clone:
             text, is_error = await self._dispatch(call), False
         except ToolRetry as exc:
             text, is_error = f"Error: {exc}", True
-        except (
-            Exception
-        ) as exc:  # a failing tool is the model's problem to work around, not the run's end
+        except Exception as exc:
+            # A failing tool is the model's problem to work around, not the run's end.
             text, is_error = f"Error: {type(exc).__name__}: {exc}", True
         self._emit(EventType.TOOL_CALL_END, tool=call.name, call_id=call.id, is_error=is_error)
         if call.name != "exit_tool":
