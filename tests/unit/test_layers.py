@@ -25,6 +25,9 @@ import clonefleet
 ROOT = Path(clonefleet.__file__).resolve().parent
 PACKAGES = ("actors", "config", "scheduler", "definitions", "providers", "cluster", "testing")
 
+_RUNTIME = {"errors", "config", "vocab", "control", "providers"}
+"""What every layer from the clones up may use."""
+
 ALLOWED: dict[str, set[str]] = {
     "vocab": set(),
     "control": set(),
@@ -33,27 +36,9 @@ ALLOWED: dict[str, set[str]] = {
     "definitions": {"errors", "config", "vocab"},
     "providers": {"errors", "config", "vocab"},
     "actors": {"errors", "config", "vocab", "control", "providers", "cluster"},
-    "scheduler": {
-        "errors",
-        "config",
-        "vocab",
-        "control",
-        "providers",
-        "actors",
-        "definitions",
-        "cluster",
-    },
+    "scheduler": _RUNTIME | {"actors", "definitions", "cluster"},
     "cluster": {"errors", "config", "vocab"},
-    "testing": {
-        "errors",
-        "config",
-        "vocab",
-        "control",
-        "providers",
-        "actors",
-        "definitions",
-        "scheduler",
-    },
+    "testing": _RUNTIME | {"actors", "definitions", "scheduler"},
 }
 """Which top-level parts of clonefleet each part may import (itself always allowed)."""
 
