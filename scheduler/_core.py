@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Coroutine, Sequence
 from dataclasses import replace
+from itertools import chain
 from typing import Any, Unpack
 
 from .. import control as api
@@ -179,7 +180,10 @@ class SchedulerCore:
             progressed = False
             for batch_id, queue in self._queues.items():
                 job_id = self._next_queued(batch_id, queue)
-                if job_id is None or self.jobs[job_id].state is not JobState.RESERVED:
+                if job_id is None:
+                    continue
+                progressed = True  # a job taken off the queue, even one that already ended
+                if self.jobs[job_id].state is not JobState.RESERVED:
                     continue
                 self.jobs[job_id].move(JobState.RUNNING)
                 self._running += 1
@@ -188,7 +192,6 @@ class SchedulerCore:
                 assert host is not None, f"job {job_id} has no host"
                 start = starts.setdefault((host.host_id, batch_id), (host, batch_id, []))
                 start[2].append(self._specs[job_id])
-                progressed = True
         for batch_id in [b for b, q in self._queues.items() if not q]:
             del self._queues[batch_id]  # a batch never queues again once its queue is empty
         for host, batch_id, specs in starts.values():
@@ -440,7 +443,8 @@ class SchedulerCore:
         return len(await self._until_terminal(self._expand(ids), wait_seconds))
 
     def capacity(self) -> api.Capacity:
-        queued = sum(len(q) for q in self._queues.values())
+        # Queues keep jobs cancelled while they waited until the pump takes them: not queued.
+        queued = sum(self.jobs[j].state is JobState.RESERVED for j in chain(*self._queues.values()))
         return {"running": self._running, "max_concurrency": self.max_concurrency, "queued": queued}
 
     async def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:

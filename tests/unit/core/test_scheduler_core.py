@@ -274,3 +274,32 @@ async def test_a_job_whose_host_dies_keeps_the_turns_and_usage_its_events_counte
     assert record["usage"]["total_tokens"] > 0
     assert record["usage"] == core.jobs[job].usage == (await core.job_status(job))["usage"]
     await core.aclose()
+
+
+async def test_a_capped_batch_runs_every_remaining_job_after_queued_ones_are_cancelled():
+    # Cancelled queued jobs stay in the batch's queue; taking one must count as progress, or
+    # the pool stops with free slots and the rest of the batch stays reserved forever.
+    core = SchedulerCore(LocalHost)
+    out = core.submit(submission(core, 10, cap=2, latency_ms=30))
+    ids = out["job_ids"]
+    queued = [j for j in ids if core.jobs[j].state is JobState.RESERVED]
+    assert len(queued) == 8
+    for job_id in queued[:3]:
+        await core.job_cancel(job_id)
+    assert (await core.job_block(ids, timeout_seconds=20))["done"]
+    states = [core.jobs[j].state for j in ids]
+    assert states.count(JobState.CANCELLED) == 3
+    assert states.count(JobState.COMPLETED) == 7
+    assert core.capacity()["queued"] == 0 and core.capacity()["running"] == 0
+    await core.aclose()
+
+
+async def test_the_queued_count_leaves_out_queued_jobs_that_were_cancelled():
+    core = SchedulerCore(LocalHost)
+    script = SimScript.from_data({"default": [{"hang": True}]})
+    out = core.submit(submission(core, 6, script=script, cap=2))
+    queued = [j for j in out["job_ids"] if core.jobs[j].state is JobState.RESERVED]
+    await core.job_cancel(queued[0])
+    assert core.capacity() == {"running": 2, "max_concurrency": None, "queued": 3}
+    await core.cancel_many([out["batch_id"]])
+    await core.aclose()
