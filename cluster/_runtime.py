@@ -26,6 +26,7 @@ _SUBPACKAGES = (
     "providers",
     "cluster",
     "testing",
+    "journal",
 )
 _DATA = ("definitions/shipped/*.md", "definitions/fragments/*.md", "cluster/*.yaml")
 

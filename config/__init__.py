@@ -34,6 +34,7 @@ from ._model import ANTHROPIC_KEY_ENV as ANTHROPIC_KEY_ENV
 from ._model import Config as Config
 from ._model import ConfigSource as ConfigSource
 from ._model import DiscoveryConfig as DiscoveryConfig
+from ._model import DurabilityConfig as DurabilityConfig
 from ._model import LimitsConfig as LimitsConfig
 from ._model import ModelConfig as ModelConfig
 from ._model import ProviderConfig as ProviderConfig
@@ -53,6 +54,7 @@ __all__ = [
     "Config",
     "ConfigSource",
     "DiscoveryConfig",
+    "DurabilityConfig",
     "LimitsConfig",
     "MAX_CONFIG_BYTES",
     "ModelConfig",

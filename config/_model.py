@@ -94,6 +94,29 @@ class LimitsConfig(BaseModel):
     """Clones hosted per Ray actor; ``None`` = chosen from batch size and cluster."""
     max_prompt_chars: int = Field(default=1_000_000, ge=1)
     """Longest accepted task prompt of one batch (top-level or nested), in characters."""
+    max_restarts: int = Field(default=2, ge=0)
+    """How many times a clone whose host died is restarted from its last checkpoint before it
+    ends ``failed``."""
+
+
+class DurabilityConfig(BaseModel):
+    """The journal and clone checkpoints (docs/durability.md)."""
+
+    model_config = _STRICT
+    journal_dir: str | None = None
+    """Where the scheduler keeps its journal; ``None`` = the cluster's state folder for
+    ``cluster up``, a per-run folder for an embedded run."""
+    checkpoint_interval_s: float = Field(default=1.0, ge=0.0, le=3600.0, allow_inf_nan=False)
+    """How often a clone host ships its clones' latest checkpoints to the scheduler (0 = after
+    every turn)."""
+    segment_bytes: int = Field(default=64 * 1024 * 1024, ge=64 * 1024)
+    """Size at which the journal starts a new segment file."""
+    compact_bytes: int = Field(default=256 * 1024 * 1024, ge=64 * 1024)
+    """Journal size past which it is compacted into one snapshot."""
+    retention_s: float | None = Field(default=7 * 24 * 3600.0, ge=0.0, allow_inf_nan=False)
+    """How long finished batches stay in the job table (and the journal); ``None`` = forever."""
+    max_events: int = Field(default=200_000, ge=1000)
+    """Events the scheduler keeps in memory; older ones are read from the journal."""
 
 
 class DiscoveryConfig(BaseModel):
@@ -135,6 +158,7 @@ class Config(BaseModel):
     aliases: dict[str, str] = Field(default_factory=dict)
     limits: LimitsConfig = LimitsConfig()
     discovery: DiscoveryConfig = DiscoveryConfig()
+    durability: DurabilityConfig = DurabilityConfig()
     subagents: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Inline definitions: ``subagents.<name>`` beats every file of that name."""
     path: str | None = None

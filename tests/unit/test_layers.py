@@ -23,7 +23,16 @@ import pytest
 import clonefleet
 
 ROOT = Path(clonefleet.__file__).resolve().parent
-PACKAGES = ("actors", "config", "scheduler", "definitions", "providers", "cluster", "testing")
+PACKAGES = (
+    "actors",
+    "config",
+    "scheduler",
+    "definitions",
+    "providers",
+    "cluster",
+    "testing",
+    "journal",
+)
 
 _RUNTIME = {"errors", "config", "vocab", "control", "providers"}
 """What every layer from the clones up may use."""
@@ -36,9 +45,10 @@ ALLOWED: dict[str, set[str]] = {
     "definitions": {"errors", "config", "vocab"},
     "providers": {"errors", "config", "vocab"},
     "actors": {"errors", "config", "vocab", "control", "providers", "cluster"},
-    "scheduler": _RUNTIME | {"actors", "definitions", "cluster"},
-    "cluster": {"errors", "config", "vocab"},
-    "testing": _RUNTIME | {"actors", "definitions", "scheduler"},
+    "scheduler": _RUNTIME | {"actors", "definitions", "cluster", "journal"},
+    "cluster": {"errors", "config", "vocab", "journal"},
+    "journal": {"errors"},
+    "testing": _RUNTIME | {"actors", "definitions", "scheduler", "journal"},
 }
 """Which top-level parts of clonefleet each part may import (itself always allowed)."""
 
