@@ -229,10 +229,15 @@ class EventType(StrEnum):
     COMPACTION = "compaction"
     MODEL_FAILOVER = "model_failover"
     MESSAGE_DELIVERED = "message_delivered"
+    RESTARTED = "restarted"
+    """The job's clone host died and the clone was started again from its last checkpoint."""
     RESULT = "result"
     ERROR = "error"
     FINAL = "_final"
     """Internal: a clone host's last word on a job (its run record); never shown to clients."""
+    CHECKPOINT = "_checkpoint"
+    """Internal: a clone's state after its latest finished turn, for a restart on another host
+    (docs/durability.md); never shown to clients."""
     ENVELOPE = "subagent_event"
     """The envelope every event travels in."""
 
@@ -247,6 +252,7 @@ _LIFECYCLE = frozenset(
         EventType.MODEL_FAILOVER,
         EventType.MESSAGE_DELIVERED,
         EventType.COMPACTION,
+        EventType.RESTARTED,
     }
 )
 _TOOLS = _LIFECYCLE | {EventType.TOOL_CALL_START, EventType.TOOL_CALL_END}

@@ -7,7 +7,8 @@ The actor only turns picklable specs into live objects and forwards calls to
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack, cast
 
 import ray
@@ -46,9 +47,13 @@ class CloneHostActor:
         return self._core
 
     async def start(
-        self, specs: list[CloneSpec], config: Config, sim_script: SimScript | None = None
+        self,
+        specs: list[CloneSpec],
+        config: Config,
+        sim_script: SimScript | None = None,
+        checkpoints: dict[str, dict[str, Any]] | None = None,
     ) -> int:
-        self._host().start(specs, config, sim_script)
+        self._host().start(specs, config, sim_script, checkpoints)
         return len(specs)
 
     async def cancel(self, job_ids: list[str]) -> list[str]:
@@ -63,6 +68,10 @@ class CloneHostActor:
     async def node_id(self) -> str:
         node: str = ray.get_runtime_context().get_node_id()
         return node
+
+    async def watch(self) -> None:
+        """Never returns: the caller learns of this host's death when the call fails."""
+        await asyncio.Event().wait()
 
     async def aclose(self) -> None:
         if self._core is not None:
@@ -162,9 +171,17 @@ class CloneHost:
             raise ClusterError(f"clone host {self.host_id} is gone: {type(exc).__name__}") from None
 
     async def start(
-        self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None = None
+        self,
+        specs: Sequence[CloneSpec],
+        config: Config,
+        sim_script: SimScript | None = None,
+        checkpoints: Mapping[str, dict[str, Any]] | None = None,
     ) -> int:
-        return cast(int, await self._ask(lambda h: h.start.remote(list(specs), config, sim_script)))
+        """Start ``specs`` on the host; a job with an entry in ``checkpoints`` resumes from it."""
+        ckpts = dict(checkpoints) if checkpoints else None
+        return cast(
+            int, await self._ask(lambda h: h.start.remote(list(specs), config, sim_script, ckpts))
+        )
 
     async def cancel(self, job_ids: Sequence[str]) -> list[str]:
         return cast(list[str], await self._ask(lambda h: h.cancel.remote(list(job_ids))))
@@ -189,6 +206,10 @@ class CloneHost:
 
     async def node_id(self) -> str:
         return cast(str, await self._ask(lambda h: h.node_id.remote()))
+
+    async def watch(self) -> None:
+        """Return only when the host is gone, raising :class:`ClusterError`."""
+        await self._ask(lambda h: h.watch.remote())
 
     def kill(self) -> None:
         ray.kill(self.handle, no_restart=True)

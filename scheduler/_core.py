@@ -16,30 +16,23 @@ from collections import deque
 from collections.abc import Coroutine, Sequence
 from dataclasses import replace
 from itertools import chain
-from typing import Any, Unpack
+from typing import Any
 
 from .. import control as api
 from ..actors import CloneSpec
-from ..config import Config
-from ..control import Seconds
-from ..errors import ClusterError, IdCollision, TemplateError, UnknownJobError, UsageError
+from ..errors import ClusterError, IdCollision, UsageError
 from ..vocab import EventType, JobState, Outcome, StopReason, stop_error
-from ._batch import BatchRequest, check_count
+from ._durable import Durable
 from ._events import EventLog, Pulse
 from ._hosts import HostFactory, HostLike, HostPool, choose_clones_per_actor, node_of
-from ._nested import NestedPlan, check_planned
-from ._state import TERMINAL, BatchSubmission, JobRecord, new_batch_id, new_job_id
+from ._nested import spawn_nested
+from ._queries import JobQueries
+from ._state import BatchSubmission, JobRecord, new_batch_id, new_job_id
 
 __all__ = ["BatchSubmission", "SchedulerCore"]
 
-LONGEST_WAIT_S = 3600.0
-"""How long ``job_block`` waits when given no time limit."""
-NESTED_PLAN_TIMEOUT_S = 30.0
-"""How long :meth:`SchedulerCore.spawn_nested` waits for the parent's host to render the child
-batch (the render's own budget is seconds; this only bounds a host that stopped answering)."""
 
-
-class SchedulerCore:
+class SchedulerCore(JobQueries):
     """Owns the job table and runs batches on clone hosts; a :class:`JobControl`.
 
     Args:
@@ -56,11 +49,13 @@ class SchedulerCore:
         max_concurrency: int | None = None,
         cpus: int = 2,
         nodes: int = 1,
+        durable: Durable | None = None,
     ) -> None:
         self.max_concurrency, self.cpus, self.nodes = max_concurrency, cpus, nodes
+        self.durable = durable or Durable(None)
         self.jobs: dict[str, JobRecord] = {}
         self.hosts = HostPool(
-            host_factory, self, apply=self._apply, lost=self._crash, spawn=self._spawn_task
+            host_factory, self, apply=self._apply, lost=self._host_lost, spawn=self._spawn_task
         )
         self._reserved_ids: dict[str, str] = {}
         """Job ids handed out by :meth:`reserve_ids` but not yet submitted, to their batch id."""
@@ -71,6 +66,10 @@ class SchedulerCore:
         self._batches: dict[str, list[str]] = {}
         self._batch_meta: dict[str, BatchSubmission] = {}
         self._children: dict[str, list[str]] = {}
+        self._checkpoints: dict[str, dict[str, Any]] = {}
+        """Each running job's latest checkpoint (a restarted clone resumes from it)."""
+        self._blobs: dict[str, bytes] = {}
+        """Pickled submissions of restored batches (kept for the next compaction)."""
         self._running = 0
         self._log = EventLog(self.jobs)
         self._ended = Pulse()
@@ -91,29 +90,55 @@ class SchedulerCore:
                 ids.append(job_id)
         return batch_id, ids
 
-    def submit(self, sub: BatchSubmission) -> api.Submitted:
+    async def submit(self, sub: BatchSubmission) -> api.Submitted:
         """Record every job of the batch as ``reserved``, assign hosts and start what the caps allow.
 
         Ids may come from :meth:`reserve_ids` or be drawn by the client (which renders before it
-        reaches the cluster); either way none may be in use already.
+        reaches the cluster); either way none may be in use already. The ids are returned only
+        once the batch's journal record is on disk.
 
         Raises:
             UsageError: an empty batch.
             IdCollision: the batch id or a job id is already in use.
+            JournalError: the journal could not be written (nothing starts).
         """
         self._check_ids(sub)
+        self._add_batch(sub)
+        for spec in sub.specs:
+            self._add_job(spec)
+        self.durable.batch(sub.batch_id, [self.jobs[s.job_id] for s in sub.specs], sub)
+        try:
+            await self.durable.commit()
+        except BaseException:
+            self._drop_batch(sub.batch_id)
+            raise
+        self._place(sub.batch_id, sub.clones_per_actor)
+        return {"batch_id": sub.batch_id, "job_ids": [s.job_id for s in sub.specs]}
+
+    def _add_batch(self, sub: BatchSubmission) -> None:
         self._batches[sub.batch_id] = [s.job_id for s in sub.specs]
         self._batch_meta[sub.batch_id] = replace(sub, specs=())
         self._batch_cap[sub.batch_id] = sub.max_concurrency
         self._batch_running[sub.batch_id] = 0
         self._queues[sub.batch_id] = deque()
-        for spec in sub.specs:
-            self._add_job(spec)
-        per = sub.clones_per_actor or choose_clones_per_actor(len(sub.specs), self.cpus, self.nodes)
-        for start in range(0, len(sub.specs), per):
-            self._bind(self.hosts.acquire(), [s.job_id for s in sub.specs[start : start + per]])
+
+    def _drop_batch(self, batch_id: str) -> None:
+        """Forget a batch that was never accepted (its record could not be written)."""
+        for job_id in self._batches.pop(batch_id, []):
+            rec = self.jobs.pop(job_id, None)
+            self._specs.pop(job_id, None)
+            if rec is not None and rec.parent in self._children:
+                self._children[rec.parent].remove(job_id)
+        for table in (self._batch_meta, self._batch_cap, self._batch_running, self._queues):
+            table.pop(batch_id, None)
+
+    def _place(self, batch_id: str, clones_per_actor: int | None) -> None:
+        """Bind the batch's queued jobs to hosts and start what the caps allow."""
+        ids = [j for j in self._queues.get(batch_id, ()) if not self.jobs[j].is_terminal]
+        per = clones_per_actor or choose_clones_per_actor(len(ids), self.cpus, self.nodes)
+        for start in range(0, len(ids), per):
+            self._bind(self.hosts.acquire(), ids[start : start + per])
         self._pump()
-        return {"batch_id": sub.batch_id, "job_ids": [s.job_id for s in sub.specs]}
 
     def _check_ids(self, sub: BatchSubmission) -> None:
         if not sub.specs:
@@ -186,6 +211,7 @@ class SchedulerCore:
                 if self.jobs[job_id].state is not JobState.RESERVED:
                     continue
                 self.jobs[job_id].move(JobState.RUNNING)
+                self.durable.running(self.jobs[job_id])
                 self._running += 1
                 self._batch_running[batch_id] += 1
                 host = self.hosts.host_of(job_id)
@@ -198,27 +224,71 @@ class SchedulerCore:
             self._spawn_task(self._start_on(host, specs, self._batch_meta[batch_id]))
 
     async def _start_on(
-        self, host: HostLike, specs: list[CloneSpec], meta: BatchSubmission, retry: bool = True
+        self, host: HostLike, specs: list[CloneSpec], meta: BatchSubmission, tries: int = 3
     ) -> None:
+        """Start clones on a host; a host that is gone is replaced (``tries`` hosts in all).
+
+        Only jobs the host accepted count as started there: should it die, those are restarted
+        from their checkpoints (:meth:`_host_lost`), and jobs it never accepted simply move on.
+        """
+        specs = [s for s in specs if not self.jobs[s.job_id].is_terminal]
+        if not specs:
+            return
+        resume = {
+            s.job_id: self._checkpoints[s.job_id] for s in specs if s.job_id in self._checkpoints
+        }
         try:
             # Placement first: once started, a quick host may finish and be gone.
             node = await node_of(host)
-            await host.start(specs, meta.config, meta.sim_script)
+            await host.start(specs, meta.config, meta.sim_script, resume or None)
         except ClusterError as exc:
             self.hosts.mark_dead(host)
-            if retry:
-                # A warm host that died while idle: move its new clones to a fresh host, once.
-                ids = [s.job_id for s in specs if not self.jobs[s.job_id].is_terminal]
+            ids = [s.job_id for s in specs if not self.jobs[s.job_id].is_terminal]
+            if tries > 1 and ids:
+                # E.g. a warm host that died while idle: its new clones go to a fresh host.
                 fresh = self.hosts.rebind(host, ids)
                 for job_id in ids:
                     self.jobs[job_id].host_id = fresh.host_id
-                await self._start_on(fresh, specs, meta, retry=False)
+                await self._start_on(fresh, specs, meta, tries - 1)
                 return
-            for spec in specs:
-                self._crash(spec.job_id, f"clone host {host.host_id} unavailable: {exc}")
+            for job_id in ids:
+                self._crash(job_id, f"clone host {host.host_id} unavailable: {exc}")
             return
+        self.hosts.started(host, [s.job_id for s in specs])
         for spec in specs:
             self.jobs[spec.job_id].node = node
+
+    def _host_lost(self, host: HostLike, job_ids: list[str], detail: str) -> None:
+        """A host died with clones it had started: each starts again on a fresh host from its
+        last checkpoint, until it was restarted ``limits.max_restarts`` times; then it fails."""
+        by_batch: dict[str, list[str]] = {}
+        for job_id in job_ids:
+            rec = self.jobs[job_id]
+            if rec.is_terminal:
+                continue
+            limit = self._batch_meta[rec.batch_id].config.limits.max_restarts
+            if rec.restarts >= limit or job_id not in self._specs:
+                tried = f"; restarted {rec.restarts} time(s), limits.max_restarts is {limit}"
+                self._crash(job_id, detail + tried)
+            else:
+                by_batch.setdefault(rec.batch_id, []).append(job_id)
+        for batch_id, ids in by_batch.items():
+            fresh = self.hosts.rebind(host, ids)
+            for job_id in ids:
+                rec = self.jobs[job_id]
+                rec.restarts += 1
+                rec.host_id, rec.node = fresh.host_id, None
+                self.durable.restarted(rec)
+                turn = int(self._checkpoints.get(job_id, {}).get("turns", 0) or 0)
+                event = {
+                    "type": str(EventType.RESTARTED),
+                    "ts": time.time(),
+                    "attempt": rec.restarts,
+                }
+                event.update(from_host=host.host_id, resumed_turn=turn, detail=detail[:500])
+                self._log.record(job_id, event)
+            specs = [self._specs[j] for j in ids]
+            self._spawn_task(self._start_on(fresh, specs, self._batch_meta[batch_id]))
 
     def _release(self, rec: JobRecord, was_running: bool) -> None:
         if was_running:
@@ -236,6 +306,12 @@ class SchedulerCore:
         kind = event["type"]
         if kind == EventType.FINAL:
             self._finish(rec, event["result"])
+            return
+        if kind == EventType.CHECKPOINT:
+            state = event.get("state")
+            if isinstance(state, dict):
+                self._checkpoints[job_id] = state
+                self.durable.checkpoint(job_id, state)
             return
         if kind == EventType.RESULT:
             return  # the scheduler writes the one terminal event itself (see _finish)
@@ -257,6 +333,8 @@ class SchedulerCore:
     def _finish(self, rec: JobRecord, result: dict[str, Any]) -> None:
         was_running = rec.state is JobState.RUNNING
         rec.finish(result)
+        self.durable.ended(rec)
+        self._checkpoints.pop(rec.job_id, None)
         self.hosts.ended(rec.job_id)
         self._ended.fire()
         event = {
@@ -307,82 +385,8 @@ class SchedulerCore:
     # -- job control ---------------------------------------------------------------------
     async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> api.Submitted:
         """Start a batch on behalf of a running clone (the ``subagent`` tool); see
-        :meth:`JobControl.spawn_nested <clonefleet.control.JobControl.spawn_nested>`.
-
-        The child batch is rendered on the parent's clone host, never here (see
-        ``scheduler/_nested.py``): this core checks the parent, depth and count, reserves ids,
-        and awaits the host's answer (at most :data:`NESTED_PLAN_TIMEOUT_S`) like any other host
-        call, so a slow or hostile prompt delays no other caller.
-        """
-        parent = self._get(parent_job_id)
-        parent_spec = self._specs.get(parent_job_id)
-        host = self.hosts.host_of(parent_job_id)
-        if parent.state is not JobState.RUNNING or parent_spec is None or host is None:
-            raise UsageError(
-                f"job {parent_job_id} is {parent.state}; only a running clone can spawn subagents"
-            )
-        meta = self._batch_meta[parent.batch_id]
-        req = _child_request(request, parent, meta.config)
-        batch_id, job_ids = self.reserve_ids(check_count(req.count, meta.config))
-        plan = NestedPlan(
-            request=req,
-            config=meta.config,
-            batch_id=batch_id,
-            job_ids=tuple(job_ids),
-            caller_cwd=parent_spec.cwd,
-            caller_tools=parent_spec.tools,
-            catalog=meta.catalog,
-            skills=meta.skills,
-            project_path=meta.project_path or parent_spec.cwd,
-            subagents_dirs=meta.subagents_dirs,
-        )
-        try:
-            try:
-                async with asyncio.timeout(NESTED_PLAN_TIMEOUT_S):
-                    specs = check_planned(await host.plan(plan), plan)
-            except TimeoutError:
-                raise TemplateError(
-                    f"the subagent's prompt was not rendered within {NESTED_PLAN_TIMEOUT_S:g} s"
-                    f" on clone host {host.host_id}",
-                    "template-limit",
-                ) from None
-            if parent.state is not JobState.RUNNING:
-                raise UsageError(f"job {parent_job_id} ended while its subagents were planned")
-        except BaseException:
-            for job_id in job_ids:
-                self._reserved_ids.pop(job_id, None)
-            raise
-        return self.submit(
-            replace(
-                meta, batch_id=batch_id, specs=specs, clones_per_actor=None, max_concurrency=None
-            )
-        )
-
-    def _get(self, job_id: str) -> JobRecord:
-        rec = self.jobs.get(job_id)
-        if rec is None:
-            raise UnknownJobError(job_id)
-        return rec
-
-    def _expand(self, ids: Sequence[str]) -> list[str]:
-        out: list[str] = []
-        for ident in ids:
-            if ident in self._batches:
-                out.extend(self._batches[ident])
-            else:
-                out.append(self._get(ident).job_id)
-        return out
-
-    async def job_status(self, job_id: str) -> api.JobStatus:
-        return self._get(job_id).status()
-
-    async def job_result(self, job_id: str) -> api.RunRecord:
-        rec = self._get(job_id)
-        if not rec.is_terminal:
-            raise UsageError(
-                f"job {job_id} is still {rec.state}; wait for it (`job_block`) or poll `job_status`"
-            )
-        return rec.run_record()
+        :func:`~clonefleet.scheduler._nested.spawn_nested`."""
+        return await spawn_nested(self, request, parent_job_id)
 
     async def job_cancel(self, job_id: str) -> api.JobStatus:
         rec = self._get(job_id)
@@ -413,88 +417,13 @@ class SchedulerCore:
                     self._crash(job_id, str(exc))
         return sum(len(j) for _, j in per_host.values())
 
-    async def job_block(
-        self, job_ids: Sequence[str], wait_seconds: Seconds = None, timeout_seconds: Seconds = None
-    ) -> api.BlockResult:
-        ids = self._expand(job_ids)
-        limits = [x for x in (wait_seconds, timeout_seconds) if x is not None]
-        await self._until_terminal(ids, min(limits, default=LONGEST_WAIT_S))
-        statuses = [self.jobs[j].status() for j in ids]
-        return {"done": all(s["status"] in TERMINAL for s in statuses), "jobs": statuses}
-
-    async def _until_terminal(self, ids: Sequence[str], limit_s: float) -> list[str]:
-        """Wait until none of ``ids`` is pending or ``limit_s`` passed; returns those pending.
-
-        Wakes once per batch of job endings (not per event), and re-checks only what was still
-        pending, so waiting on 10,000 jobs costs little.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + limit_s
-        pending = [j for j in ids if not self.jobs[j].is_terminal]
-        while pending:
-            left = deadline - loop.time()
-            if left <= 0:
-                break
-            await self._ended.wait(left)
-            pending = [j for j in pending if not self.jobs[j].is_terminal]
-        return pending
-
-    async def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
-        return len(await self._until_terminal(self._expand(ids), wait_seconds))
-
     def capacity(self) -> api.Capacity:
         # Queues keep jobs cancelled while they waited until the pump takes them: not queued.
         queued = sum(self.jobs[j].state is JobState.RESERVED for j in chain(*self._queues.values()))
         return {"running": self._running, "max_concurrency": self.max_concurrency, "queued": queued}
-
-    async def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
-        status, batch = filters.get("status"), filters.get("batch")
-        agent, parent = filters.get("agent"), filters.get("parent")
-        rows = [
-            r.status()
-            for r in self.jobs.values()
-            if (status is None or r.state == status)
-            and (batch is None or r.batch_id == batch)
-            and (agent is None or r.agent == agent)
-            and (parent is None or r.parent == parent)
-        ]
-        return {"jobs": rows, "capacity": self.capacity()}
-
-    async def expand(self, ids: Sequence[str]) -> list[str]:
-        return self._expand(ids)
-
-    async def events(
-        self, target: api.Target = None, **query: Unpack[api.EventQuery]
-    ) -> api.EventPage:
-        ids = set(self._expand([target])) if target else None
-        cursor, level = query.get("cursor", 0), query.get("level", "lifecycle")
-        return await self._log.read(ids, cursor, level, query.get("wait_s", 0.0))
 
     async def aclose(self) -> None:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.hosts.aclose()
-
-
-def _child_request(request: dict[str, Any], parent: JobRecord, config: Config) -> BatchRequest:
-    """The batch a ``subagent`` call asks for, one level below its parent.
-
-    Raises:
-        UsageError: the child would be deeper than ``limits.max_depth``.
-    """
-    depth = parent.depth + 1
-    if depth > config.limits.max_depth:
-        raise UsageError(
-            f"nesting depth {depth} exceeds limits.max_depth ({config.limits.max_depth}); "
-            "finish the task without another subagent"
-        )
-    return BatchRequest(
-        agent=str(request.get("subagent_type") or "_default"),
-        prompt=str(request.get("prompt", "")),
-        count=request.get("count", 1),
-        model=request.get("model_override"),
-        cwd=request.get("cwd"),
-        parent=parent.job_id,
-        depth=depth,
-    )

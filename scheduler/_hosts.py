@@ -8,7 +8,7 @@ until they have all ended, and then the host idles (kept warm for the next batch
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..actors import CloneSpec
@@ -26,14 +26,30 @@ class HostLike(Protocol):
     host_id: str
 
     async def start(
-        self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None
-    ) -> int: ...
+        self,
+        specs: Sequence[CloneSpec],
+        config: Config,
+        sim_script: SimScript | None,
+        resume: Mapping[str, dict[str, Any]] | None = None,
+    ) -> int:
+        """Start clones; a job in ``resume`` continues from that checkpoint."""
+        ...
+
     async def cancel(self, job_ids: Sequence[str]) -> list[str]: ...
     async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]: ...
     async def close(self) -> None: ...
     async def plan(self, planner: Callable[[], tuple[CloneSpec, ...]]) -> tuple[CloneSpec, ...]:
         """Run a nested spawn's rendering (``scheduler._nested.NestedPlan``) on this host, off
         its event loop, and return the specs."""
+        ...
+
+
+@runtime_checkable
+class _Watched(Protocol):
+    """A host that can be watched for death while idle (Ray-backed hosts)."""
+
+    async def watch(self) -> None:
+        """Return only when the host is gone (raising :class:`ClusterError`)."""
         ...
 
 
@@ -72,7 +88,8 @@ class HostPool:
         factory: makes a host for ``(host_id, control)``.
         control: the job control handed to new hosts.
         apply: called with ``(job_id, event)`` for every event a host yields.
-        lost: called with ``(job_id, detail)`` for each unfinished job of a host that died.
+        lost: called with ``(host, job_ids, detail)`` when a host died with jobs it had started
+            (jobs bound to it but never started there are left to the caller that starts them).
         spawn: runs a coroutine as a background task of the scheduler.
     """
 
@@ -82,7 +99,7 @@ class HostPool:
         control: JobControl,
         *,
         apply: Callable[[str, dict[str, Any]], None],
-        lost: Callable[[str, str], None],
+        lost: Callable[[HostLike, list[str], str], None],
         spawn: Callable[[Coroutine[Any, Any, None]], None],
     ) -> None:
         self._factory, self._control = factory, control
@@ -97,14 +114,48 @@ class HostPool:
         """Unfinished jobs per host: its drain loop runs while this is above zero."""
         self._draining: set[str] = set()
         self._dead: set[str] = set()
+        self._started: dict[str, set[str]] = {}
+        """Jobs whose start call a host answered: only these die with it."""
+        self._watched: set[str] = set()
+        self.replaced = 0
+        """Idle warm hosts found dead and replaced (for status and tests)."""
 
     def new_host(self) -> HostLike:
         self._seq += 1
         return self._factory(f"h{self._seq}", self._control)
 
     def acquire(self) -> HostLike:
-        """A warm idle host when there is one (no process start, imports done), else a new one."""
+        """A warm idle host when there is one (no process start, imports done), else a new one.
+
+        A warm host found dead (see :meth:`_watch`) has already left :attr:`idle`.
+        """
         return self.idle.pop() if self.idle else self.new_host()
+
+    def started(self, host: HostLike, job_ids: Sequence[str]) -> None:
+        """The host accepted these jobs: from now on they run (and die) with it."""
+        self._started.setdefault(host.host_id, set()).update(job_ids)
+
+    def _add_idle(self, host: HostLike) -> None:
+        self.idle.append(host)
+        if isinstance(host, _Watched) and host.host_id not in self._watched:
+            self._watched.add(host.host_id)  # one watch per host for its whole life
+            self._spawn(self._watch(host))
+
+    async def _watch(self, host: HostLike) -> None:
+        """Replace a warm host that dies while idle, so no batch is placed on a dead host."""
+        assert isinstance(host, _Watched)
+        try:
+            await host.watch()
+        except ClusterError:
+            pass
+        finally:
+            self._watched.discard(host.host_id)
+        if host in self.idle:
+            self.idle.remove(host)
+            self._dead.add(host.host_id)
+            self.replaced += 1
+            if len(self.idle) < self.warm_hosts:
+                self._add_idle(self.new_host())
 
     def host_of(self, job_id: str) -> HostLike | None:
         """The host a job is bound to, if any."""
@@ -143,7 +194,7 @@ class HostPool:
         """Start ``count`` idle hosts now, so the next batches skip process start-up."""
         self.warm_hosts = count
         while len(self.idle) < count:
-            self.idle.append(self.new_host())
+            self._add_idle(self.new_host())
 
     async def warm_ready(self) -> int:
         """Wait until every idle host has started; returns how many did."""
@@ -166,17 +217,21 @@ class HostPool:
                     batch = await host.drain(1.0)
                 except ClusterError as exc:
                     healthy = False
-                    for job_id in list(jobs):
-                        self._lost(job_id, f"clone host {host.host_id} died: {exc}")
+                    started = self._started.get(host.host_id, set())
+                    lost = [j for j in jobs if j in started]
+                    if lost:
+                        self._lost(host, lost, f"clone host {host.host_id} died: {exc}")
                     return
                 for item in batch:
                     self._apply(item["job_id"], item["event"])
         finally:
             self._draining.discard(host.host_id)
-            jobs.clear()
-            self._open[host.host_id] = 0
+            if healthy:
+                jobs.clear()
+                self._open[host.host_id] = 0
+            self._started.pop(host.host_id, None)
             if healthy and host.host_id not in self._dead and len(self.idle) < self.warm_hosts:
-                self.idle.append(host)
+                self._add_idle(host)
             else:
                 self._spawn(host.close())
 

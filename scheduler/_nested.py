@@ -17,17 +17,28 @@ remote cluster never needs the caller's files.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .. import control as api
 from ..actors import CloneSpec
 from ..config import Config
 from ..definitions import MAX_OUTPUT_CHARS, Catalog, SkillCatalog, load_catalog
-from ..errors import ClusterError
-from ._batch import BatchRequest, plan_specs
+from ..errors import ClusterError, TemplateError, UsageError
+from ..vocab import JobState
+from ._batch import BatchRequest, check_count, plan_specs
+from ._state import JobRecord
 
-__all__ = ["NestedPlan", "check_planned"]
+if TYPE_CHECKING:
+    from ._core import SchedulerCore
+
+__all__ = ["NESTED_PLAN_TIMEOUT_S", "NestedPlan", "check_planned", "spawn_nested"]
+
+NESTED_PLAN_TIMEOUT_S = 30.0
+"""How long :func:`spawn_nested` waits for the parent's host to render the child batch (the
+render's own budget is seconds; this only bounds a host that stopped answering)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,3 +111,80 @@ def check_planned(specs: Any, plan: NestedPlan) -> tuple[CloneSpec, ...]:
             f"the clone host answered the nested spawn {plan.batch_id} with another batch"
         )
     return tuple(specs)
+
+
+async def spawn_nested(
+    core: SchedulerCore, request: dict[str, Any], parent_job_id: str
+) -> api.Submitted:
+    """Start a batch on behalf of a running clone (the ``subagent`` tool); see
+    :meth:`JobControl.spawn_nested <clonefleet.control.JobControl.spawn_nested>`.
+
+    The child batch is rendered on the parent's clone host, never here (see
+    this module's docstring): the core checks the parent, depth and count, reserves ids,
+    and awaits the host's answer (at most :data:`NESTED_PLAN_TIMEOUT_S`) like any other host
+    call, so a slow or hostile prompt delays no other caller.
+    """
+    parent = core._get(parent_job_id)
+    parent_spec = core._specs.get(parent_job_id)
+    host = core.hosts.host_of(parent_job_id)
+    if parent.state is not JobState.RUNNING or parent_spec is None or host is None:
+        raise UsageError(
+            f"job {parent_job_id} is {parent.state}; only a running clone can spawn subagents"
+        )
+    meta = core._batch_meta[parent.batch_id]
+    req = _child_request(request, parent, meta.config)
+    batch_id, job_ids = core.reserve_ids(check_count(req.count, meta.config))
+    plan = NestedPlan(
+        request=req,
+        config=meta.config,
+        batch_id=batch_id,
+        job_ids=tuple(job_ids),
+        caller_cwd=parent_spec.cwd,
+        caller_tools=parent_spec.tools,
+        catalog=meta.catalog,
+        skills=meta.skills,
+        project_path=meta.project_path or parent_spec.cwd,
+        subagents_dirs=meta.subagents_dirs,
+    )
+    try:
+        try:
+            async with asyncio.timeout(NESTED_PLAN_TIMEOUT_S):
+                specs = check_planned(await host.plan(plan), plan)
+        except TimeoutError:
+            raise TemplateError(
+                f"the subagent's prompt was not rendered within {NESTED_PLAN_TIMEOUT_S:g} s"
+                f" on clone host {host.host_id}",
+                "template-limit",
+            ) from None
+        if parent.state is not JobState.RUNNING:
+            raise UsageError(f"job {parent_job_id} ended while its subagents were planned")
+    except BaseException:
+        for job_id in job_ids:
+            core._reserved_ids.pop(job_id, None)
+        raise
+    return await core.submit(
+        replace(meta, batch_id=batch_id, specs=specs, clones_per_actor=None, max_concurrency=None)
+    )
+
+
+def _child_request(request: dict[str, Any], parent: JobRecord, config: Config) -> BatchRequest:
+    """The batch a ``subagent`` call asks for, one level below its parent.
+
+    Raises:
+        UsageError: the child would be deeper than ``limits.max_depth``.
+    """
+    depth = parent.depth + 1
+    if depth > config.limits.max_depth:
+        raise UsageError(
+            f"nesting depth {depth} exceeds limits.max_depth ({config.limits.max_depth}); "
+            "finish the task without another subagent"
+        )
+    return BatchRequest(
+        agent=str(request.get("subagent_type") or "_default"),
+        prompt=str(request.get("prompt", "")),
+        count=request.get("count", 1),
+        model=request.get("model_override"),
+        cwd=request.get("cwd"),
+        parent=parent.job_id,
+        depth=depth,
+    )

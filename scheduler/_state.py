@@ -86,6 +86,8 @@ class JobRecord:
     the exact caller-facing sentence."""
     salvaged: bool = False
     nonconforming: bool = False
+    restarts: int = 0
+    """How many times the job's clone was started again after its host died."""
     concerns: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     created_at: float = field(default_factory=time.time)
@@ -141,6 +143,7 @@ class JobRecord:
             parent=self.parent,
             host=self.host_id,
             node=self.node,
+            restarts=self.restarts,
             created_at=self.created_at,
             started_at=self.started_at,
             ended_at=self.ended_at,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack
 
 import ray
@@ -47,9 +47,13 @@ class RayHost:
         self._node: str | None = None
 
     async def start(
-        self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None = None
+        self,
+        specs: Sequence[CloneSpec],
+        config: Config,
+        sim_script: SimScript | None = None,
+        resume: Mapping[str, dict[str, Any]] | None = None,
     ) -> int:
-        return await self._host.start(specs, config, sim_script)
+        return await self._host.start(specs, config, sim_script, resume)
 
     async def cancel(self, job_ids: Sequence[str]) -> list[str]:
         return await self._host.cancel(job_ids)
@@ -64,6 +68,9 @@ class RayHost:
         if self._node is None:
             self._node = await self._host.node_id()
         return self._node
+
+    async def watch(self) -> None:
+        await self._host.watch()
 
     async def close(self) -> None:
         # A finished host's process is freed at once: a batch of thousands must not keep idle
@@ -127,7 +134,7 @@ class SchedulerActor:
     async def submit(self, sub: BatchSubmission) -> api.Submitted:
         core = self._c()
         self._refresh_nodes()  # a batch sizes its hosts from the cluster as it is now
-        return core.submit(sub)
+        return await core.submit(sub)
 
     async def warm_ready(self) -> int:
         return await self._c().warm_ready()

@@ -7,12 +7,14 @@ when told to.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..actors import CloneSpec
 from ..definitions import DEFAULT_EXIT_SCHEMA
+from ..errors import ClusterError
 from ..providers import ModelRequest, ModelResponse, ToolCall, Usage
 
 __all__ = ["FakeClock", "FunctionModel", "LocalHost", "ScriptedModel", "call", "make_spec", "reply"]
@@ -118,18 +120,50 @@ class LocalHost:
         self.host_id = host_id
         self.core = HostCore(control=control)
         self.closed = False
+        self.dead = False
         self.starts = 0
+        self._gone: asyncio.Event | None = None
+        self.resumed: dict[str, Any] = {}
+        """Checkpoints this host was asked to resume from, by job id."""
 
-    async def start(self, specs: Sequence[CloneSpec], config: Any, sim_script: Any = None) -> int:
+    def _alive(self) -> None:
+        if self.dead:
+            raise ClusterError(f"clone host {self.host_id} is gone: killed")
+
+    def kill(self) -> None:
+        """Die as a process would: its clones stop and no event of theirs is ever seen again."""
+        self.dead = True
+        if self._gone is not None:
+            self._gone.set()
+        for task in self.core._tasks.values():
+            task.cancel()
+
+    async def start(
+        self, specs: Sequence[CloneSpec], config: Any, sim_script: Any = None, resume: Any = None
+    ) -> int:
+        self._alive()
         self.starts += 1
-        self.core.start(specs, config, sim_script)
+        self.resumed.update(resume or {})
+        self.core.start(specs, config, sim_script, resume)
         return len(specs)
 
+    async def watch(self) -> None:
+        """Return only when the host is killed, raising :class:`ClusterError`."""
+        if self._gone is None:
+            self._gone = asyncio.Event()
+        if not self.dead:
+            await self._gone.wait()
+        self._alive()
+
     async def cancel(self, job_ids: Sequence[str]) -> list[str]:
+        self._alive()
         return self.core.cancel(job_ids)
 
     async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
-        return await self.core.drain(wait_s)
+        self._alive()
+        out = await self.core.drain(wait_s)
+        self._alive()
+        return out
 
     async def plan(self, planner: Callable[[], Any]) -> Any:
         return await self.core.plan(planner)

@@ -53,7 +53,7 @@ def spawn_step(child: str, count: int = 1, background: bool = False) -> dict:
     }
 
 
-def start(tmp_path: Path, script: dict, *, max_depth: int = 3) -> tuple[SchedulerCore, str]:
+async def start(tmp_path: Path, script: dict, *, max_depth: int = 3) -> tuple[SchedulerCore, str]:
     """A core running one ``root`` job of the project in ``tmp_path``; returns it and the job."""
     cwd = project(tmp_path)
     core = SchedulerCore(LocalHost)
@@ -75,7 +75,7 @@ def start(tmp_path: Path, script: dict, *, max_depth: int = 3) -> tuple[Schedule
         sim_script=SimScript.from_data(script),
         project_path=str(cwd),
     )
-    return core, core.submit(sub)["job_ids"][0]
+    return core, (await core.submit(sub))["job_ids"][0]
 
 
 def exit_step(summary: str) -> dict:
@@ -90,7 +90,7 @@ async def test_blocking_spawn_returns_child_results_and_links_parents(tmp_path):
             "middle": {"default": [spawn_step("leaf", count=2), exit_step("middle done")]},
         }
     }
-    core, root = start(tmp_path, script)
+    core, root = await start(tmp_path, script)
     assert (await core.job_block([root], timeout_seconds=20))["done"]
     assert (await core.job_result(root))["result"]["summary"] == "root done"
     middle = list((await core.list_jobs(parent=root))["jobs"])
@@ -130,7 +130,7 @@ async def test_cancel_reaches_grandchildren(tmp_path):
             "leaf": {"default": [{"hang": True}]},
         }
     }
-    core, root = start(tmp_path, script)
+    core, root = await start(tmp_path, script)
     for _ in range(400):
         leaves = [j for j in core.jobs.values() if j.agent == "leaf" and j.state == "running"]
         if len(leaves) == 2:
@@ -157,7 +157,7 @@ async def test_depth_cap_refuses_spawn_with_clear_error(tmp_path):
             "middle": {"default": [spawn_step("leaf"), exit_step("middle gave up")]},
         }
     }
-    core, root = start(tmp_path, script, max_depth=1)
+    core, root = await start(tmp_path, script, max_depth=1)
     assert (await core.job_block([root], timeout_seconds=20))["done"]
     assert not [j for j in core.jobs.values() if j.agent == "leaf"]
     events = (await core.events(level="tools"))["events"]
@@ -185,7 +185,7 @@ async def test_background_spawn_returns_ids_to_poll(tmp_path):
             "middle": {"default": [exit_step("child ok")]},
         }
     }
-    core, root = start(tmp_path, script)
+    core, root = await start(tmp_path, script)
     assert (await core.job_block([root], timeout_seconds=20))["done"]
     kids = (await core.list_jobs(parent=root))["jobs"]
     assert len(kids) == 3
@@ -209,7 +209,7 @@ async def test_job_control_tools_status_block_result_and_cancel(tmp_path):
             "middle": {"default": [{"hang": True}]},
         }
     }
-    core, root = start(tmp_path, script)
+    core, root = await start(tmp_path, script)
     assert (await core.job_block([root], timeout_seconds=20))["done"]
     middle = (await core.list_jobs(parent=root))["jobs"][0]["job_id"]
     from clonefleet.actors import ToolContext, job_tools

@@ -75,7 +75,7 @@ async def start(
         project_path=str(tmp_path),
         catalog=catalog,
     )
-    return core, core.submit(sub)["job_ids"][0]
+    return core, (await core.submit(sub))["job_ids"][0]
 
 
 async def spawn(core: SchedulerCore, parent: str, prompt: str, tmp_path: Path, **args: Any) -> str:
@@ -141,7 +141,7 @@ class StuckHost(LocalHost):
 async def test_a_host_that_never_answers_fails_the_spawn_and_not_the_scheduler(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr("clonefleet.scheduler._core.NESTED_PLAN_TIMEOUT_S", 0.3)
+    monkeypatch.setattr("clonefleet.scheduler._nested.NESTED_PLAN_TIMEOUT_S", 0.3)
     core, root = await start(tmp_path, StuckHost)
     task = asyncio.create_task(spawn(core, root, "plain task", tmp_path))
     slowest = await slowest_listing_while(task, core)

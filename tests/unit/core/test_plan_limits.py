@@ -159,7 +159,7 @@ async def test_a_nested_spawn_with_a_prompt_over_the_limit_starts_nothing(
         sim_script=SimScript.from_data({"agents": {"root": {"default": [spawn, done]}}}),
         project_path=str(tmp_path),
     )
-    root = core.submit(sub)["job_ids"][0]
+    root = (await core.submit(sub))["job_ids"][0]
     try:
         assert (await core.job_block([root], timeout_seconds=20))["done"]
         assert len(core.jobs) == 1 + children  # over the limit, no child was even recorded

@@ -20,9 +20,10 @@ from clonefleet.testing import LocalHost, make_spec
 from clonefleet.vocab import JobState
 
 
-def submission(core, count, *, script=None, cap=None, per=None, latency_ms=0):
+def submission(core, count, *, script=None, cap=None, per=None, latency_ms=0, restarts=2):
     config = Config(
-        providers={"sim": {"kind": "simulated", "simulated": {"latency_ms": latency_ms}}}
+        providers={"sim": {"kind": "simulated", "simulated": {"latency_ms": latency_ms}}},
+        limits={"max_restarts": restarts},
     )
     batch_id, ids = core.reserve_ids(count)
     specs = tuple(
@@ -41,7 +42,7 @@ def submission(core, count, *, script=None, cap=None, per=None, latency_ms=0):
 
 async def test_batch_runs_to_completion_with_distinct_ids_and_one_result_event_each():
     core = SchedulerCore(LocalHost)
-    out = core.submit(submission(core, 6))
+    out = await core.submit(submission(core, 6))
     ids = out["job_ids"]
     assert len(set(ids)) == 6 and all(j.startswith("sa_") and len(j) == 11 for j in ids)
     done = await core.job_block(ids, timeout_seconds=10)
@@ -56,7 +57,7 @@ async def test_batch_runs_to_completion_with_distinct_ids_and_one_result_event_e
 async def test_cap_queues_jobs_as_reserved_and_starts_them_as_slots_free():
     core = SchedulerCore(LocalHost)
     sub = submission(core, 10, cap=3, latency_ms=20)
-    out = core.submit(sub)
+    out = await core.submit(sub)
     listing = await core.list_jobs(batch=out["batch_id"])
     states = [j["status"] for j in listing["jobs"]]
     assert states.count("running") == 3 and states.count("reserved") == 7
@@ -80,7 +81,7 @@ async def test_cap_queues_jobs_as_reserved_and_starts_them_as_slots_free():
 async def test_job_result_while_running_is_a_usage_error_and_cancel_is_idempotent():
     core = SchedulerCore(LocalHost)
     script = SimScript.from_data({"default": [{"hang": True}]})
-    out = core.submit(submission(core, 2, script=script))
+    out = await core.submit(submission(core, 2, script=script))
     job = out["job_ids"][0]
     with pytest.raises(UsageError, match="still"):
         await core.job_result(job)
@@ -103,12 +104,12 @@ async def test_unknown_ids_are_refused_and_ids_in_use_collide():
     with pytest.raises(UnknownJobError):
         await core.job_status("sa_00000000")
     sub = submission(core, 2)
-    core.submit(sub)
+    await core.submit(sub)
     with pytest.raises(IdCollision):
-        core.submit(sub)  # same batch id again
+        await core.submit(sub)  # same batch id again
     reused = replace(sub, batch_id="b_other", specs=(replace(sub.specs[0], batch_id="b_other"),))
     with pytest.raises(IdCollision) as info:
-        core.submit(reused)  # a job id already in the table
+        await core.submit(reused)  # a job id already in the table
     assert info.value.ident == sub.specs[0].job_id
     doubled = replace(
         sub,
@@ -116,13 +117,13 @@ async def test_unknown_ids_are_refused_and_ids_in_use_collide():
         specs=(replace(sub.specs[0], job_id="sa_99999999", batch_id="b_twice"),) * 2,
     )
     with pytest.raises(IdCollision):
-        core.submit(doubled)
+        await core.submit(doubled)
     batch_id, ids = core.reserve_ids(1)
     foreign = replace(
         sub, batch_id="b_thief", specs=(replace(sub.specs[0], job_id=ids[0], batch_id="b_thief"),)
     )
     with pytest.raises(IdCollision):
-        core.submit(foreign)  # reserved for another batch
+        await core.submit(foreign)  # reserved for another batch
     await core.aclose()
 
 
@@ -150,8 +151,8 @@ def test_clones_per_actor_is_chosen_from_batch_and_cluster(count, cpus, nodes, p
 
 async def test_fleet_wide_cap_holds_across_batches():
     core = SchedulerCore(LocalHost, max_concurrency=3)
-    first = core.submit(submission(core, 5, latency_ms=15))
-    second = core.submit(submission(core, 5, latency_ms=15))
+    first = await core.submit(submission(core, 5, latency_ms=15))
+    second = await core.submit(submission(core, 5, latency_ms=15))
     ids = first["job_ids"] + second["job_ids"]
     peak = 0
     while not (await core.job_block(ids, wait_seconds=0.02))["done"]:
@@ -180,7 +181,7 @@ async def test_failed_run_keeps_exact_error_and_records_each_models_failure():
         config=sub.config,
         sim_script=script,
     )
-    job = core.submit(sub)["job_ids"][0]
+    job = (await core.submit(sub))["job_ids"][0]
     await core.job_block([job], timeout_seconds=10)
     status = await core.job_status(job)
     assert status["error"] == "Error: subagent run failed"
@@ -198,7 +199,7 @@ async def test_warm_hosts_are_reused_across_batches_and_dead_ones_replaced():
     made: list[LocalHost] = []
 
     class DeadOnStart(LocalHost):
-        async def start(self, specs, config, sim_script=None):
+        async def start(self, specs, config, sim_script=None, resume=None):
             raise ClusterError("gone while idle")
 
     def factory(host_id, control):
@@ -209,7 +210,7 @@ async def test_warm_hosts_are_reused_across_batches_and_dead_ones_replaced():
     core = SchedulerCore(factory, cpus=2)
     core.warm(2)
     assert len(made) == 2
-    first = core.submit(submission(core, 4))
+    first = await core.submit(submission(core, 4))
     assert (await core.job_block(first["job_ids"], timeout_seconds=10))["done"]
     # The dead warm host's clones moved to one fresh host; nothing failed.
     assert len(made) == 3 and {core.jobs[j].state for j in first["job_ids"]} == {JobState.COMPLETED}
@@ -218,7 +219,7 @@ async def test_warm_hosts_are_reused_across_batches_and_dead_ones_replaced():
             break
         await core.job_block(first["job_ids"], wait_seconds=0.01)
     assert sorted(h.host_id for h in core.hosts.idle) == ["h2", "h3"]
-    second = core.submit(submission(core, 4))
+    second = await core.submit(submission(core, 4))
     assert (await core.job_block(second["job_ids"], timeout_seconds=10))["done"]
     assert len(made) == 3, "the second batch ran on the warm hosts"
     assert {core.jobs[j].host_id for j in second["job_ids"]} == {"h2", "h3"}
@@ -235,7 +236,7 @@ async def test_cancelling_a_batch_ends_queued_jobs_at_once_and_calls_each_host_o
 
     core = SchedulerCore(CountingHost)
     script = SimScript.from_data({"default": [{"hang": True}]})
-    out = core.submit(submission(core, 10, script=script, cap=6, per=5))
+    out = await core.submit(submission(core, 10, script=script, cap=6, per=5))
     assert core.capacity() == {"running": 6, "max_concurrency": None, "queued": 4}
     running = await core.cancel_many([out["batch_id"]])
     assert running == 6
@@ -265,7 +266,7 @@ async def test_a_job_whose_host_dies_keeps_the_turns_and_usage_its_events_counte
     script = SimScript.from_data(
         {"default": [{"tool": "progress_update", "args": {"summary": "working"}}, {"hang": True}]}
     )
-    job = core.submit(submission(core, 1, script=script))["job_ids"][0]
+    job = (await core.submit(submission(core, 1, script=script, restarts=0)))["job_ids"][0]
     assert (await core.job_block([job], timeout_seconds=10))["done"]
     record = await core.job_result(job)
     assert record["status"] == "failed" and record["stop_reason"] == "abnormal"
@@ -280,7 +281,7 @@ async def test_a_capped_batch_runs_every_remaining_job_after_queued_ones_are_can
     # Cancelled queued jobs stay in the batch's queue; taking one must count as progress, or
     # the pool stops with free slots and the rest of the batch stays reserved forever.
     core = SchedulerCore(LocalHost)
-    out = core.submit(submission(core, 10, cap=2, latency_ms=30))
+    out = await core.submit(submission(core, 10, cap=2, latency_ms=30))
     ids = out["job_ids"]
     queued = [j for j in ids if core.jobs[j].state is JobState.RESERVED]
     assert len(queued) == 8
@@ -297,7 +298,7 @@ async def test_a_capped_batch_runs_every_remaining_job_after_queued_ones_are_can
 async def test_the_queued_count_leaves_out_queued_jobs_that_were_cancelled():
     core = SchedulerCore(LocalHost)
     script = SimScript.from_data({"default": [{"hang": True}]})
-    out = core.submit(submission(core, 6, script=script, cap=2))
+    out = await core.submit(submission(core, 6, script=script, cap=2))
     queued = [j for j in out["job_ids"] if core.jobs[j].state is JobState.RESERVED]
     await core.job_cancel(queued[0])
     assert core.capacity() == {"running": 2, "max_concurrency": None, "queued": 3}

@@ -1,0 +1,263 @@
+"""What the scheduler writes to its journal, and the job table read back from it.
+
+The scheduler appends one record per fact (docs/durability.md):
+
+- ``batch``: a submitted batch: its id, time, one plain row per job (what ``jobs list`` shows),
+  and the pickled submission (specs, config, definitions) that lets a restarted scheduler start
+  its unfinished jobs again; the batch's job ids are returned to the caller only after this
+  record is on disk;
+- ``run``: a job started running (its host);
+- ``ckpt``: a clone's latest checkpoint (after a turn);
+- ``restart``: a job whose host died was started again;
+- ``end``: a job reached its terminal state; the row carries its whole run record, result
+  included. The first ``end`` of a job wins on replay: a result is recorded once;
+- ``evict``: a finished batch left the table (retention).
+
+:func:`fold` turns the records back into a :class:`Table` without Ray and without unpickling
+anything, so ``clonefleet jobs`` can read finished results when no cluster runs; the restarted
+scheduler unpickles a batch's submission only to run its unfinished jobs again.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+from ..errors import JournalError
+from ..vocab import JobState
+from ._state import JobRecord
+
+if TYPE_CHECKING:
+    from ..journal import Journal, Replay
+
+__all__ = ["Durable", "Table", "fold", "job_row", "record_of"]
+
+_ROW_FIELDS = tuple(f.name for f in fields(JobRecord))
+
+
+def job_row(rec: JobRecord) -> dict[str, Any]:
+    """Every field of a job's record as plain data (the state as its string)."""
+    row = {name: getattr(rec, name) for name in _ROW_FIELDS}
+    row["state"] = str(rec.state)
+    return row
+
+
+def record_of(row: dict[str, Any]) -> JobRecord | None:
+    """A job record from :func:`job_row`'s output, or ``None`` when the row is unusable."""
+    try:
+        values = {k: v for k, v in row.items() if k in _ROW_FIELDS}
+        values["state"] = JobState(values["state"])
+        return JobRecord(**values)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+@dataclass(slots=True)
+class Table:
+    """The job table as the journal tells it."""
+
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    batches: dict[str, list[str]] = field(default_factory=dict)
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    """Pickled submission of each batch that has unfinished jobs."""
+    checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    damage: list[str] = field(default_factory=list)
+    """Damaged spots of the journal, one sentence each."""
+    skipped: int = 0
+    """Records that made no sense (unknown kind, unknown job, bad row)."""
+
+    def unfinished(self) -> list[JobRecord]:
+        return [r for r in self.jobs.values() if not r.is_terminal]
+
+
+def fold(records: Iterable[dict[str, Any]]) -> Table:
+    """Replay journal records into a :class:`Table` (pure; no Ray, no unpickling)."""
+    table = Table()
+    for rec in records:
+        kind = rec.get("k")
+        handler = _FOLD.get(kind) if isinstance(kind, str) else None
+        if handler is None or not handler(table, rec):
+            table.skipped += 1
+    return table
+
+
+def _fold_batch(table: Table, rec: dict[str, Any]) -> bool:
+    batch_id, rows = rec.get("b"), rec.get("jobs")
+    if not isinstance(batch_id, str) or not isinstance(rows, list):
+        return False
+    ids = []
+    for row in rows:
+        job = record_of(row) if isinstance(row, dict) else None
+        if job is None:
+            return False
+        table.jobs.setdefault(job.job_id, job)
+        ids.append(job.job_id)
+    table.batches[batch_id] = ids
+    if isinstance(rec.get("blob"), bytes):
+        table.blobs[batch_id] = rec["blob"]
+    return True
+
+
+def _fold_run(table: Table, rec: dict[str, Any]) -> bool:
+    job = table.jobs.get(str(rec.get("j")))
+    if job is None:
+        return False
+    if job.state is JobState.RESERVED:
+        job.state = JobState.RUNNING
+        job.started_at = rec.get("at") or job.started_at
+    job.host_id = rec.get("h") or job.host_id
+    return True
+
+
+def _fold_ckpt(table: Table, rec: dict[str, Any]) -> bool:
+    job_id, state = str(rec.get("j")), rec.get("s")
+    if job_id not in table.jobs or not isinstance(state, dict):
+        return False
+    if not table.jobs[job_id].is_terminal:
+        table.checkpoints[job_id] = state
+    return True
+
+
+def _fold_restart(table: Table, rec: dict[str, Any]) -> bool:
+    job = table.jobs.get(str(rec.get("j")))
+    if job is None or not isinstance(rec.get("n"), int):
+        return False
+    job.restarts = max(job.restarts, rec["n"])
+    return True
+
+
+def _fold_end(table: Table, rec: dict[str, Any]) -> bool:
+    row = rec.get("row")
+    job = record_of(row) if isinstance(row, dict) else None
+    if job is None or job.job_id not in table.jobs:
+        return False
+    if not table.jobs[job.job_id].is_terminal:  # the first end wins: a result is recorded once
+        table.jobs[job.job_id] = job
+        table.checkpoints.pop(job.job_id, None)
+    return True
+
+
+def _fold_evict(table: Table, rec: dict[str, Any]) -> bool:
+    ids = table.batches.pop(str(rec.get("b")), None)
+    if ids is None:
+        return False
+    table.blobs.pop(str(rec.get("b")), None)
+    for job_id in ids:
+        table.jobs.pop(job_id, None)
+        table.checkpoints.pop(job_id, None)
+    return True
+
+
+def _fold_json(table: Table, rec: dict[str, Any]) -> bool:
+    """A record kept as JSON text because msgpack could not hold it (e.g. a huge integer)."""
+    try:
+        inner = json.loads(rec.get("json", ""))
+    except (TypeError, ValueError):
+        return False
+    kind = inner.get("k") if isinstance(inner, dict) else None
+    handler = _FOLD.get(kind) if isinstance(kind, str) else None
+    return handler is not None and handler is not _fold_json and handler(table, inner)
+
+
+_FOLD: dict[str, Callable[[Table, dict[str, Any]], bool]] = {
+    "batch": _fold_batch,
+    "run": _fold_run,
+    "ckpt": _fold_ckpt,
+    "restart": _fold_restart,
+    "end": _fold_end,
+    "evict": _fold_evict,
+    "json": _fold_json,
+}
+
+
+def read_table(replay: Replay) -> Table:
+    """The table a journal's records describe, with its damage reported."""
+    table = fold(replay.records)
+    table.damage = [str(d) for d in replay.damage]
+    return table
+
+
+class Durable:
+    """The scheduler's side of the journal: one method per kind of record.
+
+    Args:
+        journal: where records go (``None``: nothing is kept, as for an in-process test core).
+        dumps: pickles a batch submission (the Ray shell passes Ray's cloudpickle, which also
+            carries the Python-function tools of a batch made in code).
+    """
+
+    def __init__(
+        self, journal: Journal | None, dumps: Callable[[Any], bytes] = pickle.dumps
+    ) -> None:
+        self.journal, self._dumps = journal, dumps
+        self.failures: list[str] = []
+        """Records that could not be kept (at most the last 20), one sentence each."""
+
+    def _append(self, record: dict[str, Any]) -> None:
+        if self.journal is None:
+            return
+        try:
+            self.journal.append(record)
+        except JournalError as exc:
+            try:
+                self.journal.append({"k": "json", "json": json.dumps(record, default=str)})
+            except (JournalError, TypeError, ValueError):
+                self.failures = [*self.failures[-19:], f"{record.get('k')}: {exc}"]
+
+    async def commit(self) -> None:
+        """Wait until every record so far is on disk."""
+        if self.journal is not None:
+            await self.journal.commit()
+
+    def batch(self, batch_id: str, rows: list[JobRecord], submission: Any) -> None:
+        try:
+            blob: bytes | None = self._dumps(submission)
+        except Exception as exc:  # a tool that cannot be pickled: the batch cannot be resumed
+            blob = None
+            self.failures = [
+                *self.failures[-19:],
+                f"batch {batch_id} kept without its specs: {exc}",
+            ]
+        record = {
+            "k": "batch",
+            "b": batch_id,
+            "at": time.time(),
+            "jobs": [job_row(r) for r in rows],
+        }
+        if blob is not None:
+            record["blob"] = blob
+        self._append(record)
+
+    def running(self, rec: JobRecord) -> None:
+        self._append({"k": "run", "j": rec.job_id, "h": rec.host_id, "at": rec.started_at})
+
+    def checkpoint(self, job_id: str, state: dict[str, Any]) -> None:
+        self._append({"k": "ckpt", "j": job_id, "s": state})
+
+    def restarted(self, rec: JobRecord) -> None:
+        self._append({"k": "restart", "j": rec.job_id, "n": rec.restarts})
+
+    def ended(self, rec: JobRecord) -> None:
+        self._append({"k": "end", "j": rec.job_id, "row": job_row(rec)})
+
+    def evicted(self, batch_id: str) -> None:
+        self._append({"k": "evict", "b": batch_id})
+
+    def snapshot(self, table: Table, blobs: dict[str, bytes]) -> Iterator[dict[str, Any]]:
+        """The live state as records, for :meth:`Journal.compact`."""
+        for batch_id, ids in table.batches.items():
+            rows = [table.jobs[j] for j in ids if j in table.jobs]
+            record: dict[str, Any] = {
+                "k": "batch",
+                "b": batch_id,
+                "jobs": [job_row(r) for r in rows],
+            }
+            if batch_id in blobs and any(not r.is_terminal for r in rows):
+                record["blob"] = blobs[batch_id]
+            yield record
+        for job_id, state in table.checkpoints.items():
+            yield {"k": "ckpt", "j": job_id, "s": state}

@@ -1,0 +1,112 @@
+"""Reading the job table: status, results, waiting, listings and events.
+
+:class:`JobQueries` is the read side of :class:`~clonefleet.scheduler.SchedulerCore` (its base
+class): nothing here changes a job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Unpack
+
+from .. import control as api
+from ..control import Seconds
+from ..errors import UnknownJobError, UsageError
+from ._events import EventLog, Pulse
+from ._state import TERMINAL, JobRecord
+
+__all__ = ["LONGEST_WAIT_S", "JobQueries"]
+
+LONGEST_WAIT_S = 3600.0
+"""How long ``job_block`` waits when given no time limit."""
+
+
+class JobQueries:
+    """The read-only half of job control over a job table."""
+
+    jobs: dict[str, JobRecord]
+    _batches: dict[str, list[str]]
+    _log: EventLog
+    _ended: Pulse
+
+    def capacity(self) -> api.Capacity:
+        raise NotImplementedError
+
+    def _get(self, job_id: str) -> JobRecord:
+        rec = self.jobs.get(job_id)
+        if rec is None:
+            raise UnknownJobError(job_id)
+        return rec
+
+    def _expand(self, ids: Sequence[str]) -> list[str]:
+        out: list[str] = []
+        for ident in ids:
+            if ident in self._batches:
+                out.extend(self._batches[ident])
+            else:
+                out.append(self._get(ident).job_id)
+        return out
+
+    async def job_status(self, job_id: str) -> api.JobStatus:
+        return self._get(job_id).status()
+
+    async def job_result(self, job_id: str) -> api.RunRecord:
+        rec = self._get(job_id)
+        if not rec.is_terminal:
+            raise UsageError(
+                f"job {job_id} is still {rec.state}; wait for it (`job_block`) or poll `job_status`"
+            )
+        return rec.run_record()
+
+    async def job_block(
+        self, job_ids: Sequence[str], wait_seconds: Seconds = None, timeout_seconds: Seconds = None
+    ) -> api.BlockResult:
+        ids = self._expand(job_ids)
+        limits = [x for x in (wait_seconds, timeout_seconds) if x is not None]
+        await self._until_terminal(ids, min(limits, default=LONGEST_WAIT_S))
+        statuses = [self.jobs[j].status() for j in ids]
+        return {"done": all(s["status"] in TERMINAL for s in statuses), "jobs": statuses}
+
+    async def _until_terminal(self, ids: Sequence[str], limit_s: float) -> list[str]:
+        """Wait until none of ``ids`` is pending or ``limit_s`` passed; returns those pending.
+
+        Wakes once per batch of job endings (not per event), and re-checks only what was still
+        pending, so waiting on 10,000 jobs costs little.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit_s
+        pending = [j for j in ids if not self.jobs[j].is_terminal]
+        while pending:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            await self._ended.wait(left)
+            pending = [j for j in pending if not self.jobs[j].is_terminal]
+        return pending
+
+    async def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
+        return len(await self._until_terminal(self._expand(ids), wait_seconds))
+
+    async def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
+        status, batch = filters.get("status"), filters.get("batch")
+        agent, parent = filters.get("agent"), filters.get("parent")
+        rows = [
+            r.status()
+            for r in self.jobs.values()
+            if (status is None or r.state == status)
+            and (batch is None or r.batch_id == batch)
+            and (agent is None or r.agent == agent)
+            and (parent is None or r.parent == parent)
+        ]
+        return {"jobs": rows, "capacity": self.capacity()}
+
+    async def expand(self, ids: Sequence[str]) -> list[str]:
+        return self._expand(ids)
+
+    async def events(
+        self, target: api.Target = None, **query: Unpack[api.EventQuery]
+    ) -> api.EventPage:
+        ids = set(self._expand([target])) if target else None
+        cursor, level = query.get("cursor", 0), query.get("level", "lifecycle")
+        return await self._log.read(ids, cursor, level, query.get("wait_s", 0.0))

@@ -1,0 +1,149 @@
+"""A clone host that dies: its started clones restart elsewhere from their checkpoints, jobs it
+never started move on, and dead warm hosts are replaced before a batch lands on them (no Ray)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from clonefleet.config import Config
+from clonefleet.providers import SimScript
+from clonefleet.scheduler import BatchSubmission, SchedulerCore
+from clonefleet.testing import LocalHost, make_spec
+from clonefleet.vocab import JobState
+
+pytestmark = pytest.mark.timeout(30)
+
+SLOW = {"default": [{"tool": "progress_update", "args": {"summary": "step"}}, {"hang": True}]}
+
+
+def submission(core, count, *, script=None, restarts=2, per=None, interval=0.0):
+    config = Config(
+        limits={"max_restarts": restarts}, durability={"checkpoint_interval_s": interval}
+    )
+    batch_id, ids = core.reserve_ids(count)
+    specs = tuple(
+        make_spec(job_id=j, batch_id=batch_id, clone_index=i, clone_count=count)
+        for i, j in enumerate(ids)
+    )
+    return BatchSubmission(
+        batch_id=batch_id,
+        specs=specs,
+        config=config,
+        sim_script=SimScript.from_data(script) if script else None,
+        clones_per_actor=per,
+    )
+
+
+class Pool:
+    """A host factory that remembers every host it made."""
+
+    def __init__(self) -> None:
+        self.made: list[LocalHost] = []
+
+    def __call__(self, host_id, control):
+        host = LocalHost(host_id, control)
+        self.made.append(host)
+        return host
+
+    def host(self, host_id: str) -> LocalHost:
+        return next(h for h in self.made if h.host_id == host_id)
+
+
+async def until(predicate, limit_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while not predicate():
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+def results_per_job(core, ids):
+    counts = dict.fromkeys(ids, 0)
+    for _, kind, env in core._log._log:
+        if kind == "result":
+            counts[env["subagent_run_id"]] += 1
+    return counts
+
+
+async def test_a_killed_hosts_clones_restart_on_a_fresh_host_from_their_checkpoint():
+    pool = Pool()
+    core = SchedulerCore(pool)
+    out = await core.submit(submission(core, 2, script=SLOW, per=2))
+    ids = out["job_ids"]
+    await until(lambda: all(j in core._checkpoints for j in ids))
+    first = core.jobs[ids[0]].host_id
+    pool.host(first).kill()
+    await until(lambda: all(core.jobs[j].restarts == 1 for j in ids))
+    await until(lambda: all(core.jobs[j].host_id != first for j in ids))
+    fresh = pool.host(core.jobs[ids[0]].host_id)
+    await until(lambda: fresh.starts == 1)
+    assert set(fresh.resumed) == set(ids), "each clone resumed from its checkpoint"
+    assert all(fresh.resumed[j]["turns"] == 1 for j in ids)
+    assert all(core.jobs[j].state is JobState.RUNNING for j in ids)
+    kinds = [kind for chain, kind, _ in core._log._log if ids[0] in chain]
+    assert kinds.count("restarted") == 1
+    await core.cancel_many([out["batch_id"]])
+    assert (await core.job_block(ids, timeout_seconds=10))["done"]
+    assert results_per_job(core, ids) == dict.fromkeys(ids, 1)
+    await core.aclose()
+
+
+async def test_a_clone_whose_hosts_keep_dying_fails_after_max_restarts_saying_so():
+    pool = Pool()
+    core = SchedulerCore(pool)
+    job = (await core.submit(submission(core, 1, script=SLOW, restarts=2)))["job_ids"][0]
+    for attempt in range(3):
+        await until(lambda n=attempt: core.jobs[job].restarts == n and job in core._checkpoints)
+        host = pool.host(core.jobs[job].host_id)
+        await until(lambda h=host: h.starts == 1)
+        core._checkpoints.pop(job)
+        host.kill()
+    assert (await core.job_block([job], timeout_seconds=10))["done"]
+    record = await core.job_result(job)
+    assert record["status"] == "failed" and record["stop_reason"] == "abnormal"
+    assert "restarted 2 time(s), limits.max_restarts is 2" in record["error"]
+    assert results_per_job(core, [job]) == {job: 1}
+    await core.aclose()
+
+
+async def test_dead_idle_warm_hosts_are_replaced_and_the_next_batch_runs_no_ghosts():
+    pool = Pool()
+    core = SchedulerCore(pool, cpus=2)
+    core.warm(2)
+    await asyncio.sleep(0)  # the watches start
+    for host in list(pool.made):
+        host.kill()
+    await until(lambda: core.hosts.replaced == 2)
+    assert {h.host_id for h in core.hosts.idle} == {"h3", "h4"}
+    out = await core.submit(submission(core, 4))
+    assert (await core.job_block(out["job_ids"], timeout_seconds=10))["done"]
+    assert {core.jobs[j].state for j in out["job_ids"]} == {JobState.COMPLETED}
+    assert pool.host("h1").starts == pool.host("h2").starts == 0
+    await core.aclose()
+
+
+async def test_a_warm_host_dead_at_start_moves_its_jobs_without_failing_or_ghosting_them():
+    # Died too recently for its watch to tell: the start fails, nothing ran there, and the
+    # jobs start on a fresh host; none is reported failed while a clone of it runs.
+    class Unwatched(LocalHost):
+        watch = None  # type: ignore[assignment]
+
+    made: list[LocalHost] = []
+
+    def factory(host_id, control):
+        made.append(Unwatched(host_id, control))
+        return made[-1]
+
+    core = SchedulerCore(factory, cpus=2)
+    core.warm(2)
+    for host in made:
+        host.kill()
+    out = await core.submit(submission(core, 6))
+    ids = out["job_ids"]
+    assert (await core.job_block(ids, timeout_seconds=10))["done"]
+    assert {core.jobs[j].state for j in ids} == {JobState.COMPLETED}
+    assert {core.jobs[j].restarts for j in ids} == {0}, "a job never started is not restarted"
+    assert results_per_job(core, ids) == dict.fromkeys(ids, 1)
+    await core.aclose()
