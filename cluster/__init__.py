@@ -13,6 +13,7 @@ from ._local import cluster_down as cluster_down
 from ._local import cluster_up as cluster_up
 from ._local import read_state as read_state
 from ._local import resolve_address as resolve_address
+from ._local import state_dir as state_dir
 from ._local import state_path as state_path
 from ._runtime import remote_runtime_env as remote_runtime_env
 
@@ -27,5 +28,6 @@ __all__ = [
     "read_state",
     "remote_runtime_env",
     "resolve_address",
+    "state_dir",
     "state_path",
 ]

@@ -11,6 +11,7 @@ a render error), and the parent's clone host renders a nested spawn (``_nested.p
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import deque
 from collections.abc import Coroutine, Sequence
@@ -20,6 +21,7 @@ from typing import Any
 
 from .. import control as api
 from ..actors import CloneSpec
+from ..config import DurabilityConfig
 from ..errors import ClusterError, IdCollision, UsageError
 from ..vocab import EventType, JobState, Outcome, StopReason, stop_error
 from ._durable import Durable
@@ -50,9 +52,16 @@ class SchedulerCore(JobQueries):
         cpus: int = 2,
         nodes: int = 1,
         durable: Durable | None = None,
+        durability: DurabilityConfig | None = None,
     ) -> None:
         self.max_concurrency, self.cpus, self.nodes = max_concurrency, cpus, nodes
         self.durable = durable or Durable(None)
+        settings = durability or DurabilityConfig()
+        self.retention_s = settings.retention_s if settings.retention_s is not None else math.inf
+        """How long finished batches restored without their config stay in the table."""
+        self.compact_bytes = settings.compact_bytes
+        self.journal_damage: list[str] = []
+        """Damaged spots the journal had when this scheduler started (each a sentence)."""
         self.jobs: dict[str, JobRecord] = {}
         self.hosts = HostPool(
             host_factory, self, apply=self._apply, lost=self._host_lost, spawn=self._spawn_task

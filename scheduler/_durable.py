@@ -34,7 +34,7 @@ from ._state import JobRecord
 if TYPE_CHECKING:
     from ..journal import Journal, Replay
 
-__all__ = ["Durable", "Table", "fold", "job_row", "record_of"]
+__all__ = ["Durable", "Table", "fold", "job_row", "read_table", "record_of"]
 
 _ROW_FIELDS = tuple(f.name for f in fields(JobRecord))
 

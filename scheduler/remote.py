@@ -7,22 +7,29 @@ killing them when their clones are done.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack
 
 import ray
+from ray import cloudpickle
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .. import control as api
 from ..actors import CloneSpec
 from ..actors.remote import CloneHost
-from ..cluster import NAMESPACE, SCHEDULER_NAME
-from ..config import Config
+from ..cluster import NAMESPACE, SCHEDULER_NAME, state_dir
+from ..config import Config, DurabilityConfig
 from ..control import Seconds
+from ..journal import Journal
 from ..providers import SimScript
 from ._core import SchedulerCore
+from ._durable import Durable, read_table
+from ._recovery import housekeeping, restore
 from ._state import BatchSubmission
 
 __all__ = ["SCHEDULER_NAME", "NAMESPACE", "RayHost", "SchedulerActor", "get_or_create_scheduler"]
@@ -85,16 +92,33 @@ class RayHost:
 class SchedulerActor:
     """Owns the fleet's job table; the :class:`~clonefleet.control.JobControl` methods forward
     to the core. A Ray actor (see :func:`get_or_create_scheduler`): one per cluster, named and
-    detached."""
+    detached, restarted by Ray when its process dies; it then rebuilds its table from its
+    journal (``journal_dir``; default: ``journal/`` in the state folder of the head node)."""
 
-    def __init__(self, max_concurrency: int | None = None, warm_hosts: int | None = None) -> None:
+    def __init__(
+        self,
+        max_concurrency: int | None = None,
+        warm_hosts: int | None = None,
+        journal_dir: str | None = None,
+        durability: DurabilityConfig | None = None,
+    ) -> None:
         # The job table and event log hold hundreds of thousands of small objects in a big batch;
         # with the default thresholds the collector rescans them all every few thousand
         # allocations, which showed up as pauses of a few hundred milliseconds.
         gc.set_threshold(50_000, 20, 100)
         self._max_concurrency = max_concurrency
         self._warm = warm_hosts
+        self._durability = durability or DurabilityConfig()
+        self._journal_dir = (
+            journal_dir or self._durability.journal_dir or str(state_dir() / "journal")
+        )
         self._core: SchedulerCore | None = None
+        self._restored: dict[str, int] = {}
+        self._housekeeping: asyncio.Task[None] | None = None
+        # A scheduler Ray restarted resumes its journal's unfinished jobs at once, without
+        # waiting for a client to call: it calls itself.
+        with contextlib.suppress(Exception):
+            ray.get_runtime_context().current_actor.ping.remote()
         self._nodes: list[str] = []
         self._nodes_at = 0.0
         self._next = 0
@@ -119,12 +143,26 @@ class SchedulerActor:
         return RayHost(host_id, control, node_id=node)
 
     def _c(self) -> SchedulerCore:
+        """The core, made on the first call (inside the actor's event loop): the journal is
+        opened and replayed, warm hosts start, and unfinished jobs are queued again."""
         if self._core is None:
-            self._core = SchedulerCore(self._host, max_concurrency=self._max_concurrency)
+            durability = self._durability
+            journal, replay = Journal.open(
+                self._journal_dir, segment_bytes=durability.segment_bytes
+            )
+            journal.start_background()
+            self._core = SchedulerCore(
+                self._host,
+                max_concurrency=self._max_concurrency,
+                durable=Durable(journal, cloudpickle.dumps),
+                durability=durability,
+            )
             self._nodes_at = 0.0
             self._refresh_nodes()
             # One warm host per CPU: a batch then starts without waiting for worker processes.
             self._core.warm(self._warm if self._warm is not None else self._core.cpus)
+            self._restored = dict(restore(self._core, read_table(replay), cloudpickle.loads))
+            self._housekeeping = asyncio.get_running_loop().create_task(housekeeping(self._core))
         return self._core
 
     async def ping(self) -> str:
@@ -138,6 +176,22 @@ class SchedulerActor:
 
     async def warm_ready(self) -> int:
         return await self._c().warm_ready()
+
+    async def health(self) -> dict[str, Any]:
+        """The scheduler's own state: its process, journal, what it restored and what it could
+        not keep (for ``cluster status`` and fault drills)."""
+        core = self._c()
+        journal = core.durable.journal
+        return {
+            "pid": os.getpid(),
+            "journal_dir": self._journal_dir,
+            "journal_bytes": journal.size_bytes() if journal is not None else 0,
+            "journal_damage": list(core.journal_damage),
+            "journal_failures": list(core.durable.failures),
+            "restored": dict(self._restored),
+            "warm_hosts_replaced": core.hosts.replaced,
+            "jobs": len(core.jobs),
+        }
 
     async def kill_host_of(self, job_id: str) -> bool:
         """Fault injection for tests and chaos drills: kill the actor hosting ``job_id``."""
@@ -187,9 +241,17 @@ _SCHEDULER_ACTOR = ray.remote(SchedulerActor)
 
 
 def get_or_create_scheduler(
-    max_concurrency: int | None = None, warm_hosts: int | None = None
+    max_concurrency: int | None = None,
+    warm_hosts: int | None = None,
+    *,
+    journal_dir: str | None = None,
+    durability: DurabilityConfig | None = None,
 ) -> Any:
-    """The fleet's scheduler actor handle, created detached on first use."""
+    """The fleet's scheduler actor handle, created detached on first use.
+
+    It runs on the head node (where its journal is), and Ray restarts it whenever its process
+    dies; calls in flight then fail (the client retries what is safe to retry).
+    """
     return _SCHEDULER_ACTOR.options(
         num_cpus=0,
         max_concurrency=1000,
@@ -197,4 +259,15 @@ def get_or_create_scheduler(
         namespace=NAMESPACE,
         lifetime="detached",
         get_if_exists=True,
-    ).remote(max_concurrency, warm_hosts)
+        max_restarts=-1,
+        max_task_retries=0,
+        scheduling_strategy=_head_node(),
+    ).remote(max_concurrency, warm_hosts, journal_dir, durability)
+
+
+def _head_node() -> Any:
+    """Hard affinity to the head node (where the journal's folder is), or the default."""
+    for node in ray.nodes():
+        if node.get("Alive") and "node:__internal_head__" in node.get("Resources", {}):
+            return NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
+    return "DEFAULT"

@@ -1,0 +1,156 @@
+"""A scheduler that starts over its journal (no Ray): finished results come back, unfinished
+jobs resume from their checkpoints once, and what cannot be resumed ends "cluster lost"."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from clonefleet.config import Config
+from clonefleet.journal import Journal
+from clonefleet.providers import SimScript
+from clonefleet.scheduler import BatchSubmission, SchedulerCore
+from clonefleet.scheduler._durable import Durable, read_table
+from clonefleet.scheduler._recovery import evict_expired, restore
+from clonefleet.testing import LocalHost, make_spec
+from clonefleet.vocab import JobState
+
+pytestmark = pytest.mark.timeout(30)
+
+HANG = {"default": [{"tool": "progress_update", "args": {"summary": "step"}}, {"hang": True}]}
+
+
+def submission(core, count, script=None, restarts=2):
+    config = Config(limits={"max_restarts": restarts}, durability={"checkpoint_interval_s": 0.0})
+    batch_id, ids = core.reserve_ids(count)
+    specs = tuple(
+        make_spec(job_id=j, batch_id=batch_id, clone_index=i, clone_count=count)
+        for i, j in enumerate(ids)
+    )
+    return BatchSubmission(
+        batch_id=batch_id,
+        specs=specs,
+        config=config,
+        sim_script=SimScript.from_data(script) if script else None,
+    )
+
+
+class Hosts:
+    def __init__(self) -> None:
+        self.made: list[LocalHost] = []
+
+    def __call__(self, host_id, control):
+        self.made.append(LocalHost(host_id, control))
+        return self.made[-1]
+
+
+async def until(predicate, limit_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while not predicate():
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+
+
+def open_core(folder, hosts):
+    journal, replay = Journal.open(folder)
+    journal.start_background(0.01)
+    core = SchedulerCore(hosts, durable=Durable(journal))
+    return core, journal, read_table(replay)
+
+
+def crash(core, journal, hosts) -> None:
+    """The scheduler's process dies: its hosts die with it, its journal file is let go."""
+    for host in hosts.made:
+        host.kill()
+    for task in core._tasks:
+        task.cancel()
+    journal.close()
+
+
+async def test_a_restarted_scheduler_keeps_results_and_resumes_unfinished_jobs(tmp_path):
+    hosts = Hosts()
+    core, journal, table = open_core(tmp_path / "j", hosts)
+    assert not table.jobs
+    done = await core.submit(submission(core, 3))
+    assert (await core.job_block(done["job_ids"], timeout_seconds=10))["done"]
+    results = {j: await core.job_result(j) for j in done["job_ids"]}
+    hang = await core.submit(submission(core, 2, HANG))
+    await until(lambda: all(j in core._checkpoints for j in hang["job_ids"]))
+    await journal.commit()
+    crash(core, journal, hosts)
+
+    hosts2 = Hosts()
+    core2, journal2, table = open_core(tmp_path / "j", hosts2)
+    report = restore(core2, table)
+    assert dict(report) == {"finished": 3, "resumed": 2, "lost": 0}
+    assert {j: await core2.job_result(j) for j in done["job_ids"]} == results
+    assert set(await core2.expand([hang["batch_id"]])) == set(hang["job_ids"])
+    await until(lambda: any(h.resumed for h in hosts2.made))
+    resumed = {j: c for h in hosts2.made for j, c in h.resumed.items()}
+    assert set(resumed) == set(hang["job_ids"])
+    for job_id in hang["job_ids"]:
+        status = await core2.job_status(job_id)
+        assert status["status"] == "running" and status["restarts"] == 1
+        assert status["detail"].startswith("resumed after the scheduler restarted")
+    await core2.cancel_many([hang["batch_id"]])
+    assert (await core2.job_block(hang["job_ids"], timeout_seconds=10))["done"]
+    await core2.aclose()
+    await journal2.aclose()
+
+    # A third start sees every job ended exactly once.
+    core3, journal3, table = open_core(tmp_path / "j", Hosts())
+    assert dict(restore(core3, table)) == {"finished": 5, "resumed": 0, "lost": 0}
+    states = {j: core3.jobs[j].state for j in hang["job_ids"]}
+    assert set(states.values()) == {JobState.CANCELLED}
+    await core3.aclose()
+    await journal3.aclose()
+
+
+async def test_a_job_past_max_restarts_or_without_its_batch_ends_cluster_lost(tmp_path):
+    hosts = Hosts()
+    core, journal, _ = open_core(tmp_path / "j", hosts)
+    out = await core.submit(submission(core, 1, HANG, restarts=0))
+    await until(lambda: core.jobs[out["job_ids"][0]].turns == 1)
+    await journal.commit()
+    crash(core, journal, hosts)
+    core2, journal2, table = open_core(tmp_path / "j", Hosts())
+    assert dict(restore(core2, table)) == {"finished": 0, "resumed": 0, "lost": 1}
+    record = await core2.job_result(out["job_ids"][0])
+    assert record["status"] == "failed" and "cluster lost" in record["error"]
+    await core2.aclose()
+    await journal2.aclose()
+
+
+async def test_the_ids_come_back_only_once_the_batch_is_on_disk(tmp_path):
+    class Watching(Journal):
+        async def commit(self) -> None:
+            self.committed_before_return = True
+            await super().commit()
+
+    journal = Watching(tmp_path / "j")
+    core = SchedulerCore(Hosts(), durable=Durable(journal))
+    out = await core.submit(submission(core, 2))
+    assert journal.committed_before_return
+    from clonefleet.journal import read_journal
+
+    kinds = [r["k"] for r in read_journal(tmp_path / "j").records]
+    assert kinds[0] == "batch"
+    await core.job_block(out["job_ids"], timeout_seconds=10)
+    await core.aclose()
+    await journal.aclose()
+
+
+async def test_retention_evicts_finished_batches_and_the_journal_forgets_them(tmp_path):
+    hosts = Hosts()
+    core, journal, _ = open_core(tmp_path / "j", hosts)
+    out = await core.submit(submission(core, 2))
+    assert (await core.job_block(out["job_ids"], timeout_seconds=10))["done"]
+    assert evict_expired(core, now=1e12) == [out["batch_id"]]
+    assert not core.jobs
+    await core.aclose()
+    await journal.aclose()
+    _, journal2, table = open_core(tmp_path / "j", Hosts())
+    assert not table.jobs and not table.batches
+    await journal2.aclose()
