@@ -179,10 +179,19 @@ class Fleet:
         self._session = ClusterSession(
             ClusterConfig(address=self.address, num_cpus=num_cpus, runtime_env=runtime_env)
         ).start()
+        from .scheduler import journal_folder
         from .scheduler.remote import get_or_create_scheduler
 
         cap = max_concurrency or self.config.limits.max_concurrency
-        self._sched = get_or_create_scheduler(cap)
+        durability = self.config.durability
+        # An embedded run keeps a journal of its own; a cluster's scheduler picks its folder on
+        # the head node (unless the config names one).
+        folder = (
+            journal_folder(durability.journal_dir, embedded=True)
+            if self._session.embedded
+            else durability.journal_dir
+        )
+        self._sched = get_or_create_scheduler(cap, journal_dir=folder, durability=durability)
         self._ask(lambda s: s.ping.remote(), timeout_s=120)
 
     def wait_ready(self, timeout_s: float = 120.0) -> int:

@@ -266,7 +266,11 @@ class SimBrain:
     def next_step(self, req: ModelRequest) -> SimStep:
         """Return the step answering ``req`` (consumes one scripted step per call)."""
         key = f"{req.metadata.get('batch_id', '')}/{req.metadata.get('clone_index', 0)}"
-        attempt = self._attempts.get(key, 0)
+        attempt = self._attempts.get(key)
+        if attempt is None:
+            # A clone resumed from a checkpoint on a fresh host goes on where its script was:
+            # one step per model turn already in its context.
+            attempt = sum(m.role is Role.ASSISTANT for m in req.messages)
         self._attempts[key] = attempt + 1
         rng = random.Random(_digest(self.seed, key, attempt))
         roll = rng.random()

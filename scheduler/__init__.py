@@ -11,6 +11,8 @@ from ._core import SchedulerCore as SchedulerCore
 from ._hosts import HostFactory as HostFactory
 from ._hosts import HostLike as HostLike
 from ._hosts import choose_clones_per_actor as choose_clones_per_actor
+from ._offline import JournalView as JournalView
+from ._offline import journal_folder as journal_folder
 from ._state import TERMINAL as TERMINAL
 from ._state import TRANSITIONS as TRANSITIONS
 from ._state import BatchSubmission as BatchSubmission
@@ -27,10 +29,12 @@ __all__ = [
     "HostFactory",
     "HostLike",
     "JobRecord",
+    "JournalView",
     "SchedulerCore",
     "check_count",
     "choose_clones_per_actor",
     "display_name",
+    "journal_folder",
     "new_batch_id",
     "new_job_id",
     "plan_specs",

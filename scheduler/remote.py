@@ -193,6 +193,14 @@ class SchedulerActor:
             "jobs": len(core.jobs),
         }
 
+    async def kill_idle_hosts(self) -> int:
+        """Fault injection: kill every idle warm host's actor (as a crash would); returns how
+        many. The pool notices and replaces them."""
+        idle = [h for h in self._c().hosts.idle if isinstance(h, RayHost)]
+        for host in idle:
+            host.kill()
+        return len(idle)
+
     async def kill_host_of(self, job_id: str) -> bool:
         """Fault injection for tests and chaos drills: kill the actor hosting ``job_id``."""
         host = self._c().hosts.host_of(job_id)

@@ -3,12 +3,31 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 
 import pytest
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("CLONEFLEET_BLOCK_LIVE", "1")
+
+
+_STATE_DIR: str | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Journals and cluster records of the whole session go to a folder of its own, set before
+    any Ray process starts (they inherit it), and removed at the end."""
+    global _STATE_DIR
+    if "CLONEFLEET_STATE_DIR" not in os.environ:
+        _STATE_DIR = tempfile.mkdtemp(prefix="clonefleet-test-state-")
+        os.environ["CLONEFLEET_STATE_DIR"] = _STATE_DIR
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _STATE_DIR is not None:
+        shutil.rmtree(_STATE_DIR, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -29,7 +29,14 @@ PROTOCOL = {
 
 EXTRAS: dict[type, set[str]] = {
     SchedulerCore: {"reserve_ids", "submit", "warm", "warm_ready", "capacity", "aclose"},
-    SchedulerActor: {"ping", "submit", "warm_ready", "kill_host_of"},
+    SchedulerActor: {
+        "ping",
+        "submit",
+        "warm_ready",
+        "kill_host_of",
+        "kill_idle_hosts",
+        "health",
+    },
     SchedulerControl: set(),
     Fleet: {"spawn", "submit", "wait_ready", "follow", "close"},
 }

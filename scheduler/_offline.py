@@ -1,0 +1,104 @@
+"""Finished results without a cluster: the job table as the journal on disk tells it.
+
+``clonefleet jobs list|status|result`` use :class:`JournalView` when no cluster is running
+(docs/durability.md): it reads the journal folder (never writing to it), folds its records into
+a table, and answers the read-only part of job control from that table. Jobs that had not ended
+when the cluster went away show as they were last recorded; the next scheduler on that journal
+resumes them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Unpack, cast
+
+from .. import control as api
+from ..cluster import state_dir
+from ..errors import UnknownJobError, UsageError
+from ..journal import read_journal
+from ._durable import Table, read_table
+
+__all__ = ["JournalView", "journal_folder"]
+
+KEEP_RUNS = 10
+"""Journals of embedded runs kept (the newest); older ones are removed as new runs start."""
+
+
+def journal_folder(configured: str | None, *, embedded: bool) -> str:
+    """Where a scheduler keeps its journal: ``durability.journal_dir`` when set; else, for a
+    cluster, ``journal/`` in the state folder, and for an embedded run a fresh folder of its
+    own under ``runs/`` there (only the newest :data:`KEEP_RUNS` are kept)."""
+    if configured:
+        return str(Path(configured).expanduser())
+    base = state_dir()
+    if not embedded:
+        return str(base / "journal")
+    runs = base / "runs"
+    runs.mkdir(mode=0o700, parents=True, exist_ok=True)
+    old = sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink())
+    for stale in old[: max(len(old) - KEEP_RUNS + 1, 0)]:
+        shutil.rmtree(stale, ignore_errors=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return str(runs / f"{stamp}-{os.getpid()}" / "journal")
+
+
+class JournalView:
+    """Read-only job control over a journal folder.
+
+    Args:
+        folder: the journal folder (a missing one reads as empty).
+    """
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = os.fspath(folder)
+        self.table: Table = read_table(read_journal(folder))
+
+    @property
+    def damage(self) -> list[str]:
+        """Damaged spots found while reading, one sentence each."""
+        return list(self.table.damage)
+
+    def _get(self, job_id: str) -> api.JobStatus:
+        rec = self.table.jobs.get(job_id)
+        if rec is None:
+            raise UnknownJobError(job_id)
+        return cast(api.JobStatus, rec.status())
+
+    def expand(self, ids: list[str]) -> list[str]:
+        out: list[str] = []
+        for ident in ids:
+            if ident in self.table.batches:
+                out.extend(self.table.batches[ident])
+            else:
+                out.append(self._get(ident)["job_id"])
+        return out
+
+    def job_status(self, job_id: str) -> api.JobStatus:
+        return self._get(job_id)
+
+    def job_result(self, job_id: str) -> api.RunRecord:
+        rec = self.table.jobs.get(job_id)
+        if rec is None:
+            raise UnknownJobError(job_id)
+        if not rec.is_terminal:
+            raise UsageError(
+                f"job {job_id} had not ended when its cluster went away ({rec.state}); it "
+                "resumes when `clonefleet cluster up` starts a scheduler on this journal"
+            )
+        return cast(api.RunRecord, rec.run_record())
+
+    def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
+        status, batch = filters.get("status"), filters.get("batch")
+        agent, parent = filters.get("agent"), filters.get("parent")
+        rows = [
+            cast(api.JobStatus, r.status())
+            for r in self.table.jobs.values()
+            if (status is None or r.state == status)
+            and (batch is None or r.batch_id == batch)
+            and (agent is None or r.agent == agent)
+            and (parent is None or r.parent == parent)
+        ]
+        return {"jobs": rows, "capacity": {"running": 0, "max_concurrency": None, "queued": 0}}
