@@ -68,7 +68,18 @@ def block(fleet, ids, limit_s=90.0) -> dict:
     raise AssertionError(f"jobs not done within {limit_s}s")
 
 
-def ends_in_journal(fleet) -> dict[str, int]:
+def ends_in_journal(fleet, ids) -> dict[str, int]:
+    """How many end records each job has, once every job's has reached the disk (the journal
+    writes ends in groups, every 50 ms)."""
+    deadline = time.monotonic() + 10
+    while True:
+        counts = _ends(fleet)
+        if all(j in counts for j in ids) or time.monotonic() > deadline:
+            return counts
+        time.sleep(0.05)
+
+
+def _ends(fleet) -> dict[str, int]:
     counts: dict[str, int] = {}
     for rec in read_journal(health(fleet)["journal_dir"]).records:
         if rec.get("k") == "end":
@@ -103,7 +114,7 @@ def test_scheduler_killed_mid_batch_every_job_is_kept_and_completes(fleet, tmp_p
     assert sorted(s["job_id"] for s in out["jobs"]) == sorted(batch.job_ids)
     results = [fleet.job_result(j) for j in batch.job_ids]
     assert {r["status"] for r in results} == {"completed"}, results
-    ends = ends_in_journal(fleet)
+    ends = ends_in_journal(fleet, batch.job_ids)
     assert all(ends.get(j) == 1 for j in batch.job_ids), ends
 
 
@@ -128,7 +139,7 @@ def test_host_killed_mid_turn_its_clones_resume_elsewhere_from_the_checkpoint(fl
         assert record["status"] == "completed", record
         assert record["turns"] == 3, "resumed at turn 2, not started over"
         assert fleet.job_status(job_id)["restarts"] == 1
-    ends = ends_in_journal(fleet)
+    ends = ends_in_journal(fleet, batch.job_ids)
     assert all(ends.get(j) == 1 for j in batch.job_ids)
 
 
@@ -156,5 +167,5 @@ def test_a_batch_sent_right_after_warm_hosts_die_runs_with_no_job_failed(fleet, 
     batch = submit(fleet, 10, tmp=tmp_path)  # at once: the pool may not know yet
     out = block(fleet, [batch.batch_id])
     assert {s["status"] for s in out["jobs"]} == {"completed"}, out
-    ends = ends_in_journal(fleet)
+    ends = ends_in_journal(fleet, batch.job_ids)
     assert all(ends.get(j) == 1 for j in batch.job_ids)
