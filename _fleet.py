@@ -3,7 +3,8 @@
 A :class:`Fleet` connects to Ray (embedded by default), finds or creates the named scheduler
 actor, plans batches on the caller's side (definitions, rendering) and forwards job control.
 Ray's own errors never reach the caller: ours come back unwrapped, system errors become
-:class:`~clonefleet.errors.ClusterError`.
+:class:`~clonefleet.errors.ClusterError`. Every call on the scheduler has a deadline (see
+:class:`Fleet`); calls that only read are retried while the scheduler restarts.
 """
 
 from __future__ import annotations
@@ -15,10 +16,19 @@ from pathlib import Path
 from typing import Any, Unpack, cast
 
 from . import control as api
-from .cluster import ClusterConfig, ClusterSession, remote_runtime_env, resolve_address
+from .cluster import (
+    CALL_TIMEOUT_S,
+    START_TIMEOUT_S,
+    WAIT_MARGIN_S,
+    call_with_deadline,
+    connect_client,
+    positive_seconds,
+    ray_wait,
+    resolve_address,
+)
 from .config import Config, load_config
 from .control import Seconds
-from .errors import ClonefleetError, ClusterError, IdCollision, UsageError
+from .errors import ClusterError, IdCollision, UsageError
 from .providers import SimScript
 from .scheduler import (
     BatchRequest,
@@ -30,6 +40,9 @@ from .scheduler import (
 )
 
 __all__ = ["Batch", "BatchPlan", "Fleet", "plan_batch"]
+
+LONGEST_BLOCK_S = 3600.0
+"""How long the scheduler's ``job_block`` waits when given no time limit."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -148,9 +161,22 @@ class Fleet:
         config: a :class:`Config`, a path to a config file, or ``None`` to discover one.
         cwd: the caller's directory (definitions in ``.clonefleet/subagents/`` are found here).
         num_cpus: CPUs of an embedded Ray instance.
+        max_concurrency: jobs running at once in the whole fleet (default: the config's).
+        call_timeout_s: deadline of each control call on the scheduler (30 s), and of
+            connecting to an existing one; a new scheduler gets up to 120 s to answer first.
+        wait_margin_s: what a waiting call (``job_block``, ``remaining``, ``events`` with
+            ``wait_s``) gets on top of its own wait before it fails (2 s).
+        ship_package: send this clonefleet package to a cluster's workers (``py_modules``);
+            ``False`` for a client that only controls jobs (it is sent anyway when this
+            Fleet creates the scheduler).
+
+    Every call fails within its deadline: a scheduler that does not answer (frozen, overloaded)
+    raises :class:`ClusterError`; one that is restarting raises :class:`SchedulerUnavailable`
+    (retryable) once reads (status, result, listing, events, waits) have been retried with short
+    backoff until the deadline. ``submit`` and ``spawn_nested`` are never retried.
 
     Raises:
-        ClusterError: Ray cannot be started or reached.
+        ClusterError: Ray cannot be started or reached, or the scheduler did not answer.
         ConfigError: the config file is invalid.
     """
 
@@ -162,6 +188,9 @@ class Fleet:
         cwd: str | os.PathLike[str] | None = None,
         num_cpus: int | None = None,
         max_concurrency: int | None = None,
+        call_timeout_s: float = CALL_TIMEOUT_S,
+        wait_margin_s: float = WAIT_MARGIN_S,
+        ship_package: bool = True,
     ) -> None:
         if max_concurrency is not None and (
             isinstance(max_concurrency, bool)
@@ -172,13 +201,14 @@ class Fleet:
             raise UsageError(
                 f"max_concurrency must be a whole number of 1 or more, got {max_concurrency!r}"
             )
+        self.call_timeout_s = positive_seconds(call_timeout_s, "call_timeout_s")
+        self.wait_margin_s = positive_seconds(wait_margin_s, "wait_margin_s", zero=True)
+        self._wait: Callable[[Any, float], Any] = ray_wait
         self.cwd = Path(cwd or Path.cwd()).resolve()
         self.config = config if isinstance(config, Config) else load_config(config, self.cwd)
         self.address = resolve_address(address)
-        runtime_env = remote_runtime_env() if self.address else None
-        self._session = ClusterSession(
-            ClusterConfig(address=self.address, num_cpus=num_cpus, runtime_env=runtime_env)
-        ).start()
+        self._session, existed = connect_client(self.address, num_cpus, ship_package=ship_package)
+        from .cluster import state_dir
         from .scheduler import journal_folder
         from .scheduler.remote import get_or_create_scheduler
 
@@ -187,12 +217,13 @@ class Fleet:
         # An embedded run keeps a journal of its own; a cluster's scheduler picks its folder on
         # the head node (unless the config names one).
         folder = (
-            journal_folder(durability.journal_dir, embedded=True)
+            journal_folder(durability.journal_dir, embedded=True, base=state_dir())
             if self._session.embedded
             else durability.journal_dir
         )
         self._sched = get_or_create_scheduler(cap, journal_dir=folder, durability=durability)
-        self._ask(lambda s: s.ping.remote(), timeout_s=120)
+        start_s = self.call_timeout_s if existed else max(self.call_timeout_s, START_TIMEOUT_S)
+        self._ask(lambda s: s.ping.remote(), timeout_s=start_s, idempotent=True)
 
     def wait_ready(self, timeout_s: float = 120.0) -> int:
         """Wait until the scheduler's warm clone hosts are up; returns how many are.
@@ -206,25 +237,24 @@ class Fleet:
     def embedded(self) -> bool:
         return self._session.embedded
 
-    def _ask(self, call: Callable[[Any], Any], timeout_s: float | None = None) -> Any:
+    def _ask(
+        self,
+        call: Callable[[Any], Any],
+        *,
+        timeout_s: float | None = None,
+        wait_s: float | None = None,
+        idempotent: bool = False,
+    ) -> Any:
         """Make one call on the scheduler actor (``lambda s: s.method.remote(...)``) and wait
-        for it; our errors come back unwrapped, Ray's become :class:`ClusterError`."""
-        import ray
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-
-        try:
-            return ray.get(call(self._sched), timeout=timeout_s)
-        except RayTaskError as exc:
-            cause = getattr(exc, "cause", None)
-            if isinstance(cause, ClonefleetError):
-                raise cause from None
-            name = getattr(exc, "function_name", "")
-            raise ClusterError(f"scheduler call {name} failed: {exc}") from None
-        except (RayActorError, GetTimeoutError) as exc:
-            detail = str(exc).strip().splitlines()[-1][:300] if str(exc).strip() else ""
-            raise ClusterError(
-                f"the scheduler is unavailable ({type(exc).__name__}): {detail or 'is the cluster up?'}"
-            ) from None
+        for it until its deadline: ``timeout_s``, else ``wait_s`` plus :attr:`wait_margin_s`
+        for a call that waits on the scheduler's side, else :attr:`call_timeout_s`. Our errors
+        come back unwrapped, Ray's become :class:`ClusterError`; an ``idempotent`` call is made
+        again while the scheduler is unavailable (restarting), until the deadline."""
+        if timeout_s is None:
+            timeout_s = self.call_timeout_s if wait_s is None else wait_s + self.wait_margin_s
+        return call_with_deadline(
+            lambda left_s: self._wait(call(self._sched), left_s), timeout_s, idempotent=idempotent
+        )
 
     # -- batches -------------------------------------------------------------------------
     def spawn(self, agent: str, prompt: str, count: int = 1, **options: Any) -> Batch:
@@ -269,11 +299,13 @@ class Fleet:
 
     def job_status(self, job_id: str) -> api.JobStatus:
         """A job's current status; ``UnknownJobError`` for an unknown id."""
-        return cast(api.JobStatus, self._ask(lambda s: s.job_status.remote(job_id)))
+        out = self._ask(lambda s: s.job_status.remote(job_id), idempotent=True)
+        return cast(api.JobStatus, out)
 
     def job_result(self, job_id: str) -> api.RunRecord:
         """The finished job's record; ``UsageError`` while it runs."""
-        return cast(api.RunRecord, self._ask(lambda s: s.job_result.remote(job_id)))
+        out = self._ask(lambda s: s.job_result.remote(job_id), idempotent=True)
+        return cast(api.RunRecord, out)
 
     def job_cancel(self, job_id: str) -> api.JobStatus:
         """Cancel a job and its descendants (idempotent)."""
@@ -287,27 +319,40 @@ class Fleet:
     def job_block(
         self, job_ids: Sequence[str], wait_seconds: Seconds = None, timeout_seconds: Seconds = None
     ) -> api.BlockResult:
-        """Wait for every job (or batch id) to finish, or the time to run out."""
+        """Wait for every job (or batch id) to finish, or the time to run out (the shorter of
+        the two limits; an hour without either). Fails :attr:`wait_margin_s` after that."""
         ids = list(job_ids)
-        out = self._ask(lambda s: s.job_block.remote(ids, wait_seconds, timeout_seconds))
+        limits = [x for x in (wait_seconds, timeout_seconds) if x is not None]
+        out = self._ask(
+            lambda s: s.job_block.remote(ids, wait_seconds, timeout_seconds),
+            wait_s=max(min(limits, default=LONGEST_BLOCK_S), 0.0),
+            idempotent=True,
+        )
         return cast(api.BlockResult, out)
 
     def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
         """How many of the jobs (or batches' jobs) have not ended yet."""
-        return cast(int, self._ask(lambda s: s.remaining.remote(list(ids), wait_seconds)))
+        out = self._ask(
+            lambda s: s.remaining.remote(list(ids), wait_seconds),
+            wait_s=max(wait_seconds, 0.0),
+            idempotent=True,
+        )
+        return cast(int, out)
 
     def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
         """Jobs matching every filter given, with the fleet's capacity."""
-        out = self._ask(lambda s: s.list_jobs.remote(**filters))
+        out = self._ask(lambda s: s.list_jobs.remote(**filters), idempotent=True)
         return cast(api.JobListing, out)
 
     def expand(self, ids: Sequence[str]) -> list[str]:
         """Job ids, with batch ids replaced by their jobs'."""
-        return cast(list[str], self._ask(lambda s: s.expand.remote(list(ids))))
+        out = self._ask(lambda s: s.expand.remote(list(ids)), idempotent=True)
+        return cast(list[str], out)
 
     def events(self, target: api.Target = None, **query: Unpack[api.EventQuery]) -> api.EventPage:
         """Events after ``cursor``: ``{events: [...], cursor: next}``."""
-        out = self._ask(lambda s: s.events.remote(target, **query))
+        wait_s = max(float(query.get("wait_s", 0.0)), 0.0)
+        out = self._ask(lambda s: s.events.remote(target, **query), wait_s=wait_s, idempotent=True)
         return cast(api.EventPage, out)
 
     def follow(

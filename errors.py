@@ -17,7 +17,9 @@ ClonefleetError
 │   ├── ModelTimeout     connect/read/overall deadline passed
 │   ├── ModelBehaviorError  malformed response or tool call
 │   └── AllModelsFailed  every candidate of a group failed; lists each last failure
-└── ClusterError         cannot start/connect/place
+├── ClusterError         cannot start/connect/place
+│   └── SchedulerUnavailable  the scheduler is restarting or unreachable; retryable
+└── JournalError         the durable journal cannot be written, read or opened
 ```
 
 Signals that steer the agent loop (``ToolRetry``) are deliberately not on this tree.
@@ -34,10 +36,12 @@ __all__ = [
     "ConfigError",
     "DefinitionError",
     "IdCollision",
+    "JournalError",
     "ModelBehaviorError",
     "ModelError",
     "ModelHTTPError",
     "ModelTimeout",
+    "SchedulerUnavailable",
     "TemplateError",
     "ToolRetry",
     "UnknownJobError",
@@ -198,6 +202,34 @@ class AllModelsFailed(ModelError):
 
 class ClusterError(ClonefleetError):
     """Ray could not be started, reached, or asked to place actors."""
+
+
+class JournalError(ClonefleetError):
+    """The journal could not write, open or read its folder, or a record cannot be journaled.
+
+    A failed write or fsync leaves the journal broken: every later ``append`` and ``commit``
+    raises this error too, and the next ``Journal.open`` reports and repairs the torn tail.
+    """
+
+
+class SchedulerUnavailable(ClusterError):
+    """The scheduler actor did not take the call because it is restarting or unreachable for the
+    moment; ``retryable`` is always true (calls that only read are retried by :class:`Fleet`
+    within their deadline before this reaches the caller)."""
+
+    _rebuilt_from = ("detail",)
+
+    def __init__(self, detail: str = "") -> None:
+        why = f" ({detail})" if detail else ""
+        super().__init__(
+            f"the scheduler is unavailable for the moment{why}; it may be restarting: "
+            "this error is retryable, try again in a few seconds"
+        )
+        self.detail = detail
+
+    @property
+    def retryable(self) -> bool:
+        return True
 
 
 class ToolRetry(Exception):  # noqa: N818 - a signal, not an error of the tree

@@ -12,9 +12,10 @@ import asyncio
 import concurrent.futures
 import functools
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeGuard
 
 import jsonschema
 import jsonschema.protocols
@@ -250,6 +251,34 @@ class ExitJudge:
         self._status_retries = 0
         self._failing_streak: list[str] = []
 
+    def export_state(self) -> dict[str, Any]:
+        """The judge's counters as plain data, for a clone's checkpoint (see
+        :meth:`restore_state`). The breaker's streak holds one signature repeated, kept once."""
+        streak = self._failing_streak
+        return {
+            "status_retries": self._status_retries,
+            "streak": len(streak),
+            "streak_signature": streak[-1] if streak else None,
+        }
+
+    def restore_state(self, state: Mapping[str, Any]) -> None:
+        """Take back the counters :meth:`export_state` gave; nothing changes on an error.
+
+        Raises:
+            ValueError: ``state`` is malformed, or holds counters this judge could not have
+                reached (retries past its budget, a streak that would have tripped the breaker).
+        """
+        retries, streak = state.get("status_retries"), state.get("streak")
+        signature = state.get("streak_signature")
+        if not (_is_count(retries) and retries <= self.retry_budget):
+            raise ValueError(f"exit judge: status_retries {short_repr(retries)} out of range")
+        if not (_is_count(streak) and streak < self.breaker_threshold):
+            raise ValueError(f"exit judge: streak {short_repr(streak)} out of range")
+        if streak and not isinstance(signature, str):
+            raise ValueError("exit judge: a streak needs its signature")
+        self._status_retries = retries
+        self._failing_streak = [signature] * streak if isinstance(signature, str) else []
+
     def note_other_activity(self) -> None:
         """Any other tool activity resets the breaker's streak."""
         self._failing_streak.clear()
@@ -316,6 +345,10 @@ class ExitJudge:
                 )
             self._status_retries += 1
         return ExitDecision(verdict=Verdict.RETRY, error=f"exit_tool rejected: {problem}")
+
+
+def _is_count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 _SLOW_KEYWORDS = frozenset(

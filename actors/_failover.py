@@ -11,8 +11,9 @@ the cursor; when every one has failed, :class:`AllModelsFailed` lists each last 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any, TypeGuard
 
 from ..errors import AllModelsFailed, ModelError, ModelTimeout
 from ..providers import Model, ModelRequest, ModelResponse
@@ -74,9 +75,36 @@ class FailoverModel:
 
     def reset(self, start: int = 0) -> None:
         """Select the group again: the cursor returns to the group's candidate ``start``."""
-        first = start % len(self._candidates)
-        self._ring = self._candidates[first:] + self._candidates[:first] + self._fallbacks
+        self._first = start % len(self._candidates)
+        self._ring = self._ring_from(self._first)
         self._cursor = 0
+
+    def _ring_from(self, first: int) -> list[Candidate]:
+        return self._candidates[first:] + self._candidates[:first] + self._fallbacks
+
+    def export_cursor(self) -> dict[str, Any]:
+        """The cursor as plain data, for a clone's checkpoint (see :meth:`restore_cursor`)."""
+        return {"start": self._first, "cursor": self._cursor, "current": self.current}
+
+    def restore_cursor(self, state: Mapping[str, Any]) -> bool:
+        """Put the cursor back where :meth:`export_cursor` saw it.
+
+        Returns ``False``, changing nothing, when the saved cursor does not fit this model's
+        candidates (another group: the cursor stays where it is).
+
+        Raises:
+            ValueError: ``state`` is not what :meth:`export_cursor` returns.
+        """
+        start, cursor, current = state.get("start"), state.get("cursor"), state.get("current")
+        if not (_is_index(start) and _is_index(cursor) and isinstance(current, str)):
+            raise ValueError("a failover cursor needs integer start and cursor and a model key")
+        if start >= len(self._candidates):
+            return False
+        ring = self._ring_from(start)
+        if cursor >= len(ring) or ring[cursor].key != current:
+            return False
+        self._first, self._ring, self._cursor = start, ring, cursor
+        return True
 
     def _order(self) -> list[tuple[int, Candidate]]:
         n = len(self._ring)
@@ -116,3 +144,7 @@ class FailoverModel:
                 raise err
             await self._sleep(backoff_s(attempt, err.retry_after_s))
         raise AssertionError("unreachable")
+
+
+def _is_index(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -4,15 +4,21 @@
 context, failover cursor and lifecycle, sharing one :class:`ProviderPool` (and so one HTTP
 connection pool) across them. Events of every clone collect in one buffer that the scheduler
 drains; a clone's final event carries its :class:`RunResult`.
+
+After each turn but its last, a clone hands over a checkpoint (``_checkpoint``). The host keeps
+the latest one per job and ships it with :meth:`HostCore.drain` at most once per the batch's
+``durability.checkpoint_interval_s`` (each one when that is 0); a job's final event drops its
+pending checkpoint, so none ever follows it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import pickle
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -30,6 +36,7 @@ _T = TypeVar("_T")
 
 _FINAL = str(EventType.FINAL)
 _FAILOVER = str(EventType.MODEL_FAILOVER)
+_CHECKPOINT = str(EventType.CHECKPOINT)
 
 
 class HostCore:
@@ -41,10 +48,17 @@ class HostCore:
     Args:
         control: job control for clones whose definition allows spawning subagents.
         max_buffer: events held between drains; past it, new non-final events are dropped (a
-            job's final event never is).
+            job's final event never is; a checkpoint waits for the next drain).
+        clock: monotonic clock of the checkpoint interval, injected for tests.
     """
 
-    def __init__(self, *, control: JobControl | None = None, max_buffer: int = 200_000) -> None:
+    def __init__(
+        self,
+        *,
+        control: JobControl | None = None,
+        max_buffer: int = 200_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._pools: dict[str, ProviderPool] = {}
         self.control = control
         self._tasks: dict[str, asyncio.Task[RunResult]] = {}
@@ -54,12 +68,45 @@ class HostCore:
         self._max_buffer = max_buffer
         self._cancelled_early: set[str] = set()
         self._render_thread: ThreadPoolExecutor | None = None
+        self._clock = clock
+        self._interval: dict[str, float] = {}
+        """Checkpoint interval of each running job (its batch's config)."""
+        self._dirty: dict[str, dict[str, Any]] = {}
+        """The latest checkpoint event of each job not shipped yet."""
+        self._shipped_at: dict[str, float] = {}
 
     def _push(self, job_id: str, event: dict[str, Any]) -> None:
-        if len(self._events) >= self._max_buffer and event["type"] != _FINAL:
+        if event["type"] == _FINAL:
+            # The result supersedes any checkpoint: none may follow it.
+            for table in (self._dirty, self._interval, self._shipped_at):
+                table.pop(job_id, None)
+        elif len(self._events) >= self._max_buffer:
             return
         self._events.append({"job_id": job_id, "event": event})
         self._wakeup.set()
+
+    def _hold(self, job_id: str, state: dict[str, Any]) -> None:
+        """Keep a clone's checkpoint for the next drain, or push it now with interval 0."""
+        event = {"type": _CHECKPOINT, "ts": time.time(), "state": state}
+        if (
+            self._interval.get(job_id) == 0.0
+            and job_id not in self._dirty
+            and len(self._events) < self._max_buffer
+        ):
+            self._push(job_id, event)
+        else:
+            self._dirty[job_id] = event
+
+    def _ship_checkpoints(self) -> None:
+        """Move the checkpoints whose interval has passed into the buffer, while it has room."""
+        now = self._clock()
+        for job_id in list(self._dirty):
+            if len(self._events) >= self._max_buffer:
+                return
+            if now - self._shipped_at.get(job_id, -math.inf) < self._interval.get(job_id, 0.0):
+                continue
+            self._shipped_at[job_id] = now
+            self._push(job_id, self._dirty.pop(job_id))
 
     def pool_for(self, config: Config, sim_script: SimScript | None) -> ProviderPool:
         """The provider pool of a (config, script) pair, made on first use."""
@@ -72,10 +119,19 @@ class HostCore:
         return pool
 
     def start(
-        self, specs: Sequence[CloneSpec], config: Config, sim_script: SimScript | None = None
+        self,
+        specs: Sequence[CloneSpec],
+        config: Config,
+        sim_script: SimScript | None = None,
+        checkpoints: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
-        """Start one task per spec; returns at once."""
+        """Start one task per spec; returns at once.
+
+        A spec whose job id has an entry in ``checkpoints`` resumes from it (see
+        :class:`Clone`); a malformed one starts afresh with a warning.
+        """
         pool = self.pool_for(config, sim_script)
+        checkpoints = checkpoints or {}
         for spec in specs:
             if spec.job_id in self._tasks:
                 continue
@@ -86,13 +142,19 @@ class HostCore:
                     {"type": _FINAL, "ts": time.time(), "result": _cancelled(spec).to_json()},
                 )
                 continue
+            self._interval[spec.job_id] = config.durability.checkpoint_interval_s
             self._tasks[spec.job_id] = asyncio.get_running_loop().create_task(
-                self._run(spec, pool), name=spec.job_id
+                self._run(spec, pool, checkpoints.get(spec.job_id)), name=spec.job_id
             )
 
-    async def _run(self, spec: CloneSpec, pool: ProviderPool) -> RunResult:
+    async def _run(
+        self, spec: CloneSpec, pool: ProviderPool, resume: Mapping[str, Any] | None
+    ) -> RunResult:
         def emit(event: dict[str, Any], job_id: str = spec.job_id) -> None:
             self._push(job_id, event)
+
+        async def checkpoint(state: dict[str, Any], job_id: str = spec.job_id) -> None:
+            self._hold(job_id, state)
 
         def on_failover(src: str, dst: str, reason: str) -> None:
             emit(
@@ -107,7 +169,12 @@ class HostCore:
 
         try:
             clone = Clone(
-                spec, pool.failover_for(spec, on_failover), emit=emit, control=self.control
+                spec,
+                pool.failover_for(spec, on_failover),
+                emit=emit,
+                checkpoint=checkpoint,
+                control=self.control,
+                resume=resume,
             )
             self._clones[spec.job_id] = clone
             result = await clone.run()
@@ -159,14 +226,19 @@ class HostCore:
         return await asyncio.get_running_loop().run_in_executor(self._render_thread, planner)
 
     async def drain(self, wait_s: float = 1.0, max_events: int = 20_000) -> list[dict[str, Any]]:
-        """Return buffered events, waiting up to ``wait_s`` for the first one."""
+        """Return buffered events, waiting up to ``wait_s`` for the first one.
+
+        Checkpoints whose interval has passed join the buffer first (and again after the wait).
+        """
+        self._ship_checkpoints()
         if not self._events:
             self._wakeup.clear()
             try:
                 async with asyncio.timeout(wait_s):
                     await self._wakeup.wait()
             except TimeoutError:
-                return []
+                pass
+            self._ship_checkpoints()
         out, self._events = self._events[:max_events], self._events[max_events:]
         if not self._events:
             self._wakeup.clear()

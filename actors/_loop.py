@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from ..control import JobControl
 from ..errors import AllModelsFailed, ModelError, ToolRetry
 from ..providers import Message, Model, ModelRequest, ModelResponse, Role, ToolCall, ToolSpec, Usage
 from ..vocab import JOB_TOOLS, EventType, JobState, Outcome, StopReason, canonical_tool, stop_error
+from ._checkpoint import restore, snapshot
 from ._compaction import compact, context_tokens
 from ._control_specs import CONTROL_SPECS
 from ._exit import ExitJudge, Verdict
@@ -61,9 +62,12 @@ class Clone:
         model: the clone's model (with its failover cursor).
         emit: event sink; called synchronously, must not block.
         inbox: optional coroutine returning pending deliveries at each turn boundary.
-        checkpoint: optional coroutine called after each turn with the clone's state.
+        checkpoint: optional coroutine called after each turn but the last with
+            :meth:`snapshot`.
         clock: monotonic clock, injected for tests.
         control: job control, for a clone whose definition allows spawning subagents.
+        resume: a :meth:`snapshot` to continue from; one of another job, of an unknown format
+            or malformed is ignored with a warning (a fresh start).
 
     The ``skill`` tool is offered when the clone has skills to load: ``skill_catalog`` maps a
     name to ``(description, body)``, read from ``spec.available_skills``.
@@ -82,6 +86,7 @@ class Clone:
         checkpoint: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         control: JobControl | None = None,
+        resume: Mapping[str, Any] | None = None,
     ) -> None:
         self.spec, self.model = spec, model
         self._control = control
@@ -106,7 +111,11 @@ class Clone:
             spec.candidates[spec.start % len(spec.candidates)] if spec.candidates else None
         )
         self.warnings: list[str] = list(spec.warnings)
+        self.delivered: list[str] = []
+        """Ids of the inbox deliveries taken into the context, in order."""
         self._cancel_requested = False
+        self.resumed = resume is not None and restore(self, resume)
+        """Whether the clone continues a run from a checkpoint."""
 
     # -- setup ---------------------------------------------------------------------------
     def _tool_table(self) -> dict[str, Tool]:
@@ -143,6 +152,10 @@ class Clone:
         # A plain string on the wire: an enum member costs more to pickle and to decode.
         self._emit_fn({"type": str(type_), "ts": time.time(), **fields})
 
+    def snapshot(self) -> dict[str, Any]:
+        """The state after the latest finished turn, as plain data (see ``_checkpoint``)."""
+        return snapshot(self)
+
     def request_cancel(self) -> None:
         """Mark the coming cancellation as ours (so it ends ``cancelled``, not abnormal)."""
         self._cancel_requested = True
@@ -157,7 +170,9 @@ class Clone:
           3. call the model (failover and retries inside the model);
           4. decide: a refusal declines, plain text completes;
           5. run the tool calls (parallel-safe ones concurrently), judging ``exit_tool``;
-          6. checkpoint and check the turn and token budgets.
+          6. check the turn and token budgets, then checkpoint (not after the last turn).
+
+        A resumed clone starts at the turn after its checkpoint's; the budgets count the whole run.
 
         Returns:
             the :class:`RunResult`; a run never raises for model or tool failures.
@@ -167,6 +182,7 @@ class Clone:
             agent=self.spec.agent,
             clone_index=self.spec.clone_index,
             model=self.model_name,
+            **({"resumed": True, "turn": self.turns} if self.resumed else {}),
         )
         try:
             ending = await self._turns()
@@ -184,25 +200,24 @@ class Clone:
         return self._finish(ending)
 
     async def _turns(self) -> _Ending:
-        while True:
+        ending = self._budget_check() if self.resumed else None
+        while ending is None:
             await self._take_deliveries()
             self._maybe_compact()
             response = await self._call_model()
             ending = self._decide(response)
             if ending is None:
-                ending = await self._run_tools(response.tool_calls)
-            await self._after_turn()
-            if ending is not None:
-                return ending
-            ending = self._budget_check()
-            if ending is not None:
-                return ending
+                ending = await self._run_tools(response.tool_calls) or self._budget_check()
+            if ending is None and self._checkpoint is not None:
+                await self._checkpoint(self.snapshot())
+        return ending
 
     async def _take_deliveries(self) -> None:
         if self._inbox is None:
             return
         for delivery_id, text in await self._inbox():
             self.messages.append(Message(role=Role.USER, content=text))
+            self.delivered.append(delivery_id)
             self._emit(EventType.MESSAGE_DELIVERED, delivery_id=delivery_id)
 
     async def _call_model(self) -> ModelResponse:
@@ -388,12 +403,6 @@ class Clone:
             name="exit_tool",
             is_error=is_error,
         ), ending
-
-    async def _after_turn(self) -> None:
-        if self._checkpoint is not None:
-            await self._checkpoint(
-                {"turns": self.turns, "messages": len(self.messages), "progress": self.progress}
-            )
 
     def _budget_check(self) -> _Ending | None:
         if self.turns >= self.spec.max_turns:

@@ -213,15 +213,21 @@ class Durable:
         if self.journal is not None:
             await self.journal.commit()
 
-    def batch(self, batch_id: str, rows: list[JobRecord], submission: Any) -> None:
+    def dumps_or_none(self, submission: Any) -> bytes | None:
+        """The pickled submission, or ``None`` (noted in :attr:`failures`) when it cannot be
+        pickled (a tool made of a closure over an open file...): its jobs cannot be resumed."""
+        if self.journal is None:
+            return None
         try:
-            blob: bytes | None = self._dumps(submission)
-        except Exception as exc:  # a tool that cannot be pickled: the batch cannot be resumed
-            blob = None
-            self.failures = [
-                *self.failures[-19:],
-                f"batch {batch_id} kept without its specs: {exc}",
-            ]
+            return self._dumps(submission)
+        except Exception as exc:
+            self.failures = [*self.failures[-19:], f"a batch kept without its specs: {exc}"]
+            return None
+
+    def batch(self, batch_id: str, rows: list[JobRecord], submission: Any) -> None:
+        if self.journal is None:
+            return
+        blob = self.dumps_or_none(submission)
         record = {
             "k": "batch",
             "b": batch_id,

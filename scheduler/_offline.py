@@ -13,10 +13,9 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Unpack, cast
+from typing import Unpack
 
 from .. import control as api
-from ..cluster import state_dir
 from ..errors import UnknownJobError, UsageError
 from ..journal import read_journal
 from ._durable import Table, read_table
@@ -27,13 +26,13 @@ KEEP_RUNS = 10
 """Journals of embedded runs kept (the newest); older ones are removed as new runs start."""
 
 
-def journal_folder(configured: str | None, *, embedded: bool) -> str:
+def journal_folder(configured: str | None, *, embedded: bool, base: Path) -> str:
     """Where a scheduler keeps its journal: ``durability.journal_dir`` when set; else, for a
     cluster, ``journal/`` in the state folder, and for an embedded run a fresh folder of its
-    own under ``runs/`` there (only the newest :data:`KEEP_RUNS` are kept)."""
+    own under ``runs/`` there (only the newest :data:`KEEP_RUNS` are kept). ``base`` is the
+    state folder (``clonefleet.cluster.state_dir()``)."""
     if configured:
         return str(Path(configured).expanduser())
-    base = state_dir()
     if not embedded:
         return str(base / "journal")
     runs = base / "runs"
@@ -65,7 +64,7 @@ class JournalView:
         rec = self.table.jobs.get(job_id)
         if rec is None:
             raise UnknownJobError(job_id)
-        return cast(api.JobStatus, rec.status())
+        return rec.status()
 
     def expand(self, ids: list[str]) -> list[str]:
         out: list[str] = []
@@ -88,13 +87,13 @@ class JournalView:
                 f"job {job_id} had not ended when its cluster went away ({rec.state}); it "
                 "resumes when `clonefleet cluster up` starts a scheduler on this journal"
             )
-        return cast(api.RunRecord, rec.run_record())
+        return rec.run_record()
 
     def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
         status, batch = filters.get("status"), filters.get("batch")
         agent, parent = filters.get("agent"), filters.get("parent")
         rows = [
-            cast(api.JobStatus, r.status())
+            r.status()
             for r in self.table.jobs.values()
             if (status is None or r.state == status)
             and (batch is None or r.batch_id == batch)

@@ -169,3 +169,36 @@ def test_a_batch_sent_right_after_warm_hosts_die_runs_with_no_job_failed(fleet, 
     assert {s["status"] for s in out["jobs"]} == {"completed"}, out
     ends = ends_in_journal(fleet, batch.job_ids)
     assert all(ends.get(j) == 1 for j in batch.job_ids)
+
+
+@pytest.mark.timeout(240)
+def test_chaos_200_jobs_while_hosts_and_the_scheduler_are_killed(fleet, tmp_path):
+    """At most 10 kills (random hosts, and the scheduler twice) while 200 jobs run: every job
+    ends exactly once, completed, and every result is readable."""
+    rng = random.Random(20261130)
+    steps = [{"tool": "progress_update", "args": {"summary": f"s{i}"}} for i in range(3)]
+    batch = submit(
+        fleet, 200, script={"default": steps}, latency_ms=150, per=25, restarts=5, tmp=tmp_path
+    )
+    kills = ["scheduler" if i in (3, 7) else "host" for i in range(10)]
+    started = time.monotonic()
+    for kind in kills:
+        time.sleep(rng.uniform(0.2, 0.6))
+        if kind == "scheduler":
+            os.kill(health(fleet)["pid"], signal.SIGKILL)
+            continue
+        try:
+            running = fleet.list_jobs(status="running", batch=batch.batch_id)["jobs"]
+        except Exception:
+            continue  # the scheduler is restarting
+        if running:
+            victim = rng.choice(running)["job_id"]
+            fleet._ask(lambda s, v=victim: s.kill_host_of.remote(v))
+    out = block(fleet, [batch.batch_id], limit_s=170 - (time.monotonic() - started))
+    assert len(out["jobs"]) == 200
+    assert {s["status"] for s in out["jobs"]} == {"completed"}, [
+        (s["job_id"], s["status"], s["error"]) for s in out["jobs"] if s["status"] != "completed"
+    ]
+    assert all(fleet.job_result(j)["status"] == "completed" for j in batch.job_ids)
+    ends = ends_in_journal(fleet, batch.job_ids)
+    assert all(ends.get(j) == 1 for j in batch.job_ids), {j: ends.get(j) for j in batch.job_ids}

@@ -25,6 +25,8 @@ SAMPLES = [
     errors.ModelBehaviorError("not json"),
     errors.AllModelsFailed({"a": "HTTP 503", "b": "timeout"}),
     errors.ClusterError("no ray"),
+    errors.JournalError("journal folder /x is held by another writer"),
+    errors.SchedulerUnavailable("ActorUnavailableError"),
 ]
 
 
