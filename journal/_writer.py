@@ -126,6 +126,11 @@ class Journal:
         self._bulk = ThreadPoolExecutor(1, thread_name_prefix="clonefleet-journal-snapshot")
         self.fsyncs = 0
 
+    @property
+    def folder(self) -> str:
+        """The journal folder."""
+        return self._path
+
     @classmethod
     def open(
         cls,

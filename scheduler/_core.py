@@ -80,7 +80,12 @@ class SchedulerCore(JobQueries):
         self._blobs: dict[str, bytes] = {}
         """Pickled submissions of restored batches (kept for the next compaction)."""
         self._running = 0
-        self._log = EventLog(self.jobs)
+        self._log = EventLog(
+            self.jobs,
+            max_events=settings.max_events,
+            spill=self.durable.events,
+            unspill=self.durable.read_events,
+        )
         self._ended = Pulse()
         """Fired once per batch of job endings (not per event)."""
         self._tasks: set[asyncio.Task[None]] = set()

@@ -28,11 +28,16 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JournalError
+from ..journal import read_journal
 from ..vocab import JobState
+from ._events import Entry
 from ._state import JobRecord
 
 if TYPE_CHECKING:
     from ..journal import Journal, Replay
+
+EVENT_CHUNK = 2000
+"""Events per journal record when the event log spills (a record stays far under its limit)."""
 
 __all__ = ["Durable", "Table", "fold", "job_row", "read_table", "record_of"]
 
@@ -69,6 +74,8 @@ class Table:
     """Damaged spots of the journal, one sentence each."""
     skipped: int = 0
     """Records that made no sense (unknown kind, unknown job, bad row)."""
+    events_next: int = 0
+    """Sequence number after the last spilled event (a restarted log continues from it)."""
 
     def unfinished(self) -> list[JobRecord]:
         return [r for r in self.jobs.values() if not r.is_terminal]
@@ -152,6 +159,14 @@ def _fold_evict(table: Table, rec: dict[str, Any]) -> bool:
     return True
 
 
+def _fold_events(table: Table, rec: dict[str, Any]) -> bool:
+    first, rows = rec.get("from"), rec.get("ev")
+    if not isinstance(first, int) or not isinstance(rows, list):
+        return False
+    table.events_next = max(table.events_next, first + len(rows))
+    return True
+
+
 def _fold_json(table: Table, rec: dict[str, Any]) -> bool:
     """A record kept as JSON text because msgpack could not hold it (e.g. a huge integer)."""
     try:
@@ -170,6 +185,7 @@ _FOLD: dict[str, Callable[[Table, dict[str, Any]], bool]] = {
     "restart": _fold_restart,
     "end": _fold_end,
     "evict": _fold_evict,
+    "events": _fold_events,
     "json": _fold_json,
 }
 
@@ -249,6 +265,28 @@ class Durable:
 
     def ended(self, rec: JobRecord) -> None:
         self._append({"k": "end", "j": rec.job_id, "row": job_row(rec)})
+
+    def events(self, first: int, entries: list[Entry]) -> None:
+        """Keep events that leave the scheduler's memory, in chunks of :data:`EVENT_CHUNK`."""
+        for at in range(0, len(entries), EVENT_CHUNK):
+            chunk = entries[at : at + EVENT_CHUNK]
+            rows = [[first + at + i, sorted(c), k, e] for i, (c, k, e) in enumerate(chunk)]
+            self._append({"k": "events", "from": first + at, "ev": rows})
+
+    def read_events(self, cursor: int) -> list[tuple[int, Entry]]:
+        """Events kept by :meth:`events` from ``cursor`` on, read from disk (blocking)."""
+        if self.journal is None:
+            return []
+        out: list[tuple[int, Entry]] = []
+        for rec in read_journal(self.journal.folder).records:
+            if rec.get("k") != "events" or not isinstance(rec.get("ev"), list):
+                continue
+            for row in rec["ev"]:
+                if isinstance(row, list) and len(row) == 4 and isinstance(row[0], int):
+                    if row[0] >= cursor and isinstance(row[3], dict):
+                        out.append((row[0], (frozenset(row[1]), str(row[2]), row[3])))
+        out.sort(key=lambda item: item[0])
+        return out
 
     def evicted(self, batch_id: str) -> None:
         self._append({"k": "evict", "b": batch_id})

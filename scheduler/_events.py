@@ -8,7 +8,7 @@ after the last event they saw) and may wait for the next event instead of pollin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..control import EventPage
@@ -56,17 +56,38 @@ def envelope(rec: JobRecord, event: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+Entry = tuple[frozenset[str], str, dict[str, Any]]
+"""``(the job and its ancestors, event type, outermost envelope)`` of one logged event."""
+Spill = Callable[[int, list[Entry]], None]
+"""Keeps events that leave memory: ``(sequence number of the first, entries)``."""
+Unspill = Callable[[int], list[tuple[int, Entry]]]
+"""Reads kept events back, from a sequence number on (blocking; run off the event loop)."""
+
+
 class EventLog:
-    """Every recorded event, in order, with the jobs it concerns.
+    """Every recorded event, in order, with the jobs it concerns; the newest ``max_events`` in
+    memory, older ones handed to ``spill`` (the journal) and read back through ``unspill``.
 
     Args:
         jobs: the job table (read for envelopes and ancestry).
+        max_events: events kept in memory; past it the older half is spilled.
+        spill: keeps events that leave memory (``None``: they are dropped).
+        unspill: reads spilled events back for a cursor older than memory.
     """
 
-    def __init__(self, jobs: Mapping[str, JobRecord]) -> None:
+    def __init__(
+        self,
+        jobs: Mapping[str, JobRecord],
+        *,
+        max_events: int = 200_000,
+        spill: Spill | None = None,
+        unspill: Unspill | None = None,
+    ) -> None:
         self._jobs = jobs
-        self._log: list[tuple[frozenset[str], str, dict[str, Any]]] = []
-        """``(the job and its ancestors, event type, outermost envelope)`` per event."""
+        self._log: list[Entry] = []
+        self._base = 0
+        """Sequence number of ``_log[0]``: events before it were spilled."""
+        self.max_events, self._spill, self._unspill = max_events, spill, unspill
         self._pulse = Pulse()
 
     def record(self, job_id: str, event: dict[str, Any]) -> None:
@@ -79,9 +100,25 @@ class EventLog:
             rec = self._jobs[rec.parent]
             chain.append(rec.job_id)
             env = envelope(rec, env)
-        env["seq"] = len(self._log)
+        env["seq"] = self._base + len(self._log)
         self._log.append((frozenset(chain), event["type"], env))
+        if len(self._log) > self.max_events:
+            self._trim()
         self._pulse.fire()
+
+    def continue_at(self, seq: int) -> None:
+        """Number the next event ``seq`` (after events a previous log spilled); only while
+        empty."""
+        if not self._log:
+            self._base = max(self._base, seq)
+
+    def _trim(self) -> None:
+        """Move the older half of memory out (to ``spill``), keeping sequence numbers."""
+        cut = len(self._log) // 2
+        old, self._log = self._log[:cut], self._log[cut:]
+        if self._spill is not None:
+            self._spill(self._base, old)
+        self._base += cut
 
     async def read(self, ids: set[str] | None, cursor: int, level: str, wait_s: float) -> EventPage:
         """Events of ``ids`` (and their descendants; ``None`` = every job) after ``cursor`` at
@@ -93,6 +130,10 @@ class EventLog:
         if level not in EVENT_LEVELS:
             raise UsageError(f"unknown level {level!r}; use {', '.join(EVENT_LEVELS)}")
         kinds = EVENT_LEVELS[level]
+        if cursor < self._base:
+            out, cursor = await self._read_spilled(ids, cursor, kinds)
+            if out:
+                return {"events": out, "cursor": cursor}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         while True:
@@ -102,14 +143,33 @@ class EventLog:
                 return {"events": out, "cursor": cursor}
             await self._pulse.wait(left)
 
+    async def _read_spilled(
+        self, ids: set[str] | None, cursor: int, kinds: frozenset[str]
+    ) -> tuple[list[dict[str, Any]], int]:
+        """A page of events older than memory (from ``unspill``, off the event loop)."""
+        base = self._base
+        if self._unspill is None:
+            return [], base
+        kept = await asyncio.to_thread(self._unspill, cursor)
+        out = []
+        for seq, (chain, kind, env) in kept:
+            if seq < cursor or seq >= base:
+                continue
+            if (ids is None or not ids.isdisjoint(chain)) and kind in kinds:
+                out.append(env)
+                if len(out) >= PAGE_LIMIT:
+                    return out, seq + 1
+        return out, base
+
     def _scan(
         self, ids: set[str] | None, cursor: int, kinds: frozenset[str]
     ) -> tuple[list[dict[str, Any]], int]:
         out = []
-        for pos in range(cursor, len(self._log)):
+        start = max(cursor, self._base) - self._base
+        for pos in range(start, len(self._log)):
             chain, kind, env = self._log[pos]
             if (ids is None or not ids.isdisjoint(chain)) and kind in kinds:
                 out.append(env)
                 if len(out) >= PAGE_LIMIT:
-                    return out, pos + 1
-        return out, len(self._log)
+                    return out, self._base + pos + 1
+        return out, self._base + len(self._log)

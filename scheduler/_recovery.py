@@ -39,6 +39,7 @@ def restore(
     """Load a journal's table into an empty core and queue its unfinished jobs again."""
     report = RestoreReport(finished=0, resumed=0, lost=0)
     core.journal_damage = list(table.damage)
+    core._log.continue_at(table.events_next)
     for batch_id, ids in table.batches.items():
         recs = [table.jobs[j] for j in ids if j in table.jobs]
         core._batches[batch_id] = [r.job_id for r in recs]
