@@ -85,6 +85,7 @@ def _spawn_and_block(
         providers={"srv": ProviderConfig(kind="openai", base_url=server.base_url)},
         models={"m": ModelConfig(provider="srv", name="sim")},
         model_groups={"default": ("m",)},
+        durability={"enabled": args.journal == "on"},
     )
     with tempfile.TemporaryDirectory(prefix="fanout-") as cwd:
         started = time.perf_counter()
@@ -281,6 +282,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--time-limit-s", type=float, default=600.0, help="longest wait for one batch"
     )
+    parser.add_argument(
+        "--journal",
+        choices=("on", "off"),
+        default="on",
+        help="keep the scheduler's journal (on, as users run it) or not (off: its overhead)",
+    )
     parser.add_argument("--cold-count", type=int, default=1000)
     parser.add_argument("--no-cold", action="store_true", help="skip the cold `clonefleet run`")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -330,6 +337,7 @@ def _params(sizes: list[int], args: argparse.Namespace) -> dict[str, Any]:
         "turns_per_clone": 2,
         "seed": args.seed,
         "clones_per_actor": args.clones_per_actor or "auto",
+        "journal": args.journal,
         "baseline_connection_limit": args.baseline_limit or "none",
         "agent": "general-purpose",
         "provider": "openai -> simulated server over HTTP (own process)",

@@ -103,6 +103,9 @@ class DurabilityConfig(BaseModel):
     """The journal and clone checkpoints (docs/durability.md)."""
 
     model_config = _STRICT
+    enabled: bool = True
+    """Keep the journal (off: the job table lives only in the scheduler's memory, as a
+    benchmark's baseline; nothing survives the scheduler's process)."""
     journal_dir: str | None = None
     """Where the scheduler keeps its journal; ``None`` = the cluster's state folder for
     ``cluster up``, a per-run folder for an embedded run."""

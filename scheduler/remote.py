@@ -25,7 +25,7 @@ from ..actors.remote import CloneHost
 from ..cluster import NAMESPACE, SCHEDULER_NAME, state_dir
 from ..config import Config, DurabilityConfig
 from ..control import Seconds
-from ..journal import Journal
+from ..journal import Journal, Replay
 from ..providers import SimScript
 from ._core import SchedulerCore
 from ._durable import Durable, read_table
@@ -147,10 +147,12 @@ class SchedulerActor:
         opened and replayed, warm hosts start, and unfinished jobs are queued again."""
         if self._core is None:
             durability = self._durability
-            journal, replay = Journal.open(
-                self._journal_dir, segment_bytes=durability.segment_bytes
-            )
-            journal.start_background()
+            journal, replay = None, Replay()
+            if durability.enabled:
+                journal, replay = Journal.open(
+                    self._journal_dir, segment_bytes=durability.segment_bytes
+                )
+                journal.start_background()
             self._core = SchedulerCore(
                 self._host,
                 max_concurrency=self._max_concurrency,
