@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import math
 import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -95,17 +94,22 @@ class HostCore:
         ):
             self._push(job_id, event)
         else:
-            self._dirty[job_id] = event
+            if job_id not in self._dirty:
+                self._shipped_at[job_id] = self._clock()  # pending since now
+            self._dirty[job_id] = event  # a newer one keeps the older one's place and age
 
     def _ship_checkpoints(self) -> None:
-        """Move the checkpoints whose interval has passed into the buffer, while it has room."""
+        """Move the checkpoints pending for at least their interval into the buffer, while it
+        has room. A clone that ends within its interval never ships one (its result supersedes
+        it), so short runs cost nothing; a long run ships its latest every interval.
+        """
         now = self._clock()
         for job_id in list(self._dirty):
             if len(self._events) >= self._max_buffer:
                 return
-            if now - self._shipped_at.get(job_id, -math.inf) < self._interval.get(job_id, 0.0):
+            if now - self._shipped_at.get(job_id, now) < self._interval.get(job_id, 0.0):
                 continue
-            self._shipped_at[job_id] = now
+            self._shipped_at.pop(job_id, None)
             self._push(job_id, self._dirty.pop(job_id))
 
     def pool_for(self, config: Config, sim_script: SimScript | None) -> ProviderPool:
