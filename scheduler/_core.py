@@ -104,12 +104,13 @@ class SchedulerCore(JobQueries):
                 ids.append(job_id)
         return batch_id, ids
 
-    async def submit(self, sub: BatchSubmission) -> api.Submitted:
+    async def submit(self, sub: BatchSubmission, blob: bytes | None = None) -> api.Submitted:
         """Record every job of the batch as ``reserved``, assign hosts and start what the caps allow.
 
         Ids may come from :meth:`reserve_ids` or be drawn by the client (which renders before it
         reaches the cluster); either way none may be in use already. The ids are returned only
-        once the batch's journal record is on disk.
+        once the batch's journal record is on disk; ``blob`` is the submission already pickled
+        (by the client, so the scheduler need not pickle it again for the journal).
 
         Raises:
             UsageError: an empty batch.
@@ -120,7 +121,7 @@ class SchedulerCore(JobQueries):
         self._add_batch(sub)
         for spec in sub.specs:
             self._add_job(spec)
-        self.durable.batch(sub.batch_id, [self.jobs[s.job_id] for s in sub.specs], sub)
+        self.durable.batch(sub.batch_id, [self.jobs[s.job_id] for s in sub.specs], sub, blob)
         try:
             await self.durable.commit()
         except BaseException:

@@ -240,10 +240,13 @@ class Durable:
             self.failures = [*self.failures[-19:], f"a batch kept without its specs: {exc}"]
             return None
 
-    def batch(self, batch_id: str, rows: list[JobRecord], submission: Any) -> None:
+    def batch(
+        self, batch_id: str, rows: list[JobRecord], submission: Any, blob: bytes | None = None
+    ) -> None:
         if self.journal is None:
             return
-        blob = self.dumps_or_none(submission)
+        if blob is None:
+            blob = self.dumps_or_none(submission)
         record = {
             "k": "batch",
             "b": batch_id,

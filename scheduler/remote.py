@@ -25,6 +25,7 @@ from ..actors.remote import CloneHost
 from ..cluster import NAMESPACE, SCHEDULER_NAME, state_dir
 from ..config import Config, DurabilityConfig
 from ..control import Seconds
+from ..errors import UsageError
 from ..journal import Journal, Replay
 from ..providers import SimScript
 from ._core import SchedulerCore
@@ -171,9 +172,16 @@ class SchedulerActor:
         self._c()  # creating the core warms the host pool while the caller renders its batch
         return "ok"
 
-    async def submit(self, sub: BatchSubmission) -> api.Submitted:
+    async def submit(self, sub: BatchSubmission | bytes) -> api.Submitted:
+        """Start a batch; given as its pickle (``Fleet`` sends that), the same bytes go to the
+        journal, so the batch is pickled once, by the client."""
         core = self._c()
         self._refresh_nodes()  # a batch sizes its hosts from the cluster as it is now
+        if isinstance(sub, bytes):
+            blob, sub = sub, cloudpickle.loads(sub)
+            if not isinstance(sub, BatchSubmission):
+                raise UsageError("submit takes a batch submission")
+            return await core.submit(sub, blob)
         return await core.submit(sub)
 
     async def warm_ready(self) -> int:

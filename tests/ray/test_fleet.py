@@ -29,9 +29,20 @@ def test_killed_host_ends_its_jobs_failed_abnormal_with_one_terminal_event(fleet
 
     script = tmp_path / "hang.yaml"
     script.write_text("default:\n  - {hang: true}\n")
-    batch = fleet.spawn(
-        "general-purpose", "hang", count=2, clones_per_actor=1, sim_script=str(script)
+    from clonefleet._fleet import plan_batch
+    from clonefleet.config import Config
+
+    # No restarts: the killed host's clone ends at once (restarts: tests/ray/test_durability.py).
+    plan = plan_batch(
+        "general-purpose",
+        "hang",
+        2,
+        config=Config(limits={"max_restarts": 0}),
+        caller_cwd=fleet.cwd,
+        clones_per_actor=1,
+        sim_script=str(script),
     )
+    batch = fleet.submit(plan)
     victim, survivor = batch.job_ids
     # Kill only once the clone runs in its host (a host that dies before its clones start is
     # replaced, and they start elsewhere).
@@ -45,6 +56,7 @@ def test_killed_host_ends_its_jobs_failed_abnormal_with_one_terminal_event(fleet
     record = fleet.job_result(victim)
     assert record["status"] == "failed" and record["stop_reason"] == "abnormal"
     assert record["error"].startswith("Error: subagent run ended abnormally (clone host")
+    assert "limits.max_restarts is 0" in record["error"]
     assert (
         fleet.job_status(survivor)["status"] == "running"
     )  # one host's crash touches only its clones
