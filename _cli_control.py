@@ -2,13 +2,18 @@
 
 These commands talk to a persistent cluster (``clonefleet cluster up`` or ``--address``); an
 embedded Ray instance ends with the command that started it, so there is nothing to control.
+They only call the scheduler actor, so they send no package to the cluster, and every call has a
+deadline: ``jobs wait --timeout T`` returns within ``T`` + 2 s even when the scheduler is frozen.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
@@ -20,6 +25,10 @@ if TYPE_CHECKING:
 __all__ = ["add_control_parsers", "connect", "make_console", "CONTROL_HANDLERS"]
 
 EXIT_OK, EXIT_FAILED = 0, 1
+WAIT_OVER_S = 2.0
+"""``jobs wait --timeout T`` returns at most this long after ``T`` (from the command's start)."""
+EXIT_RESERVE_S = 1.5
+"""Of that, what disconnecting and the interpreter's exit are given."""
 
 
 def make_console() -> Any:
@@ -80,21 +89,26 @@ def add_control_parsers(sub: Any) -> None:
     st.add_argument("--json", action="store_true")
 
 
-def connect(address: str | None) -> Fleet:
-    """A :class:`Fleet` on a persistent cluster.
+def connect(address: str | None, **options: Any) -> Fleet:
+    """A job-control :class:`Fleet` on a persistent cluster: ``address``, else the cluster
+    ``clonefleet cluster up`` recorded, else ``RAY_ADDRESS``. It sends no package to the cluster
+    (it only calls the scheduler actor); ``options`` go to :class:`Fleet`.
 
     Raises:
-        UsageError: no cluster is running and no address was given.
+        UsageError: no address given and no cluster recorded.
+        ClusterError: the cluster does not answer.
     """
     from ._fleet import Fleet
-    from .cluster import resolve_address
+    from .cluster import read_state
 
-    resolved = resolve_address(address or "auto")
-    if resolved in (None, "auto") and address is None:
+    if address is None:
+        recorded = read_state()
+        address = "auto" if recorded else os.environ.get("RAY_ADDRESS") or None
+    if address is None:
         raise UsageError(
             "no running clonefleet cluster: start one with `clonefleet cluster up`, or pass --address"
         )
-    return Fleet(resolved)
+    return Fleet(address, ship_package=False, **options)
 
 
 def _print(obj: Any, as_json: bool, human: str) -> None:
@@ -102,11 +116,34 @@ def _print(obj: Any, as_json: bool, human: str) -> None:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    fleet = connect(args.address)
+    options: dict[str, Any] = {}
+    if args.jobs_command == "wait":
+        # One deadline for the whole command, counted from the process's start: connecting to a
+        # frozen scheduler fails by then as well as waiting on one.
+        args.wait_until = _started_at() + max(args.timeout, 0.0)
+        hard = args.wait_until + WAIT_OVER_S - EXIT_RESERVE_S
+        options = {
+            "call_timeout_s": min(max(hard - time.monotonic(), 1.0), 30.0),
+            "wait_margin_s": WAIT_OVER_S - EXIT_RESERVE_S,
+        }
+    fleet = connect(args.address, **options)
     try:
         return _JOBS[args.jobs_command](fleet, args)
     finally:
         fleet.close()
+
+
+def _started_at() -> float:
+    """When this process started, on the ``time.monotonic`` clock (now where ``/proc`` cannot
+    say): the interpreter's start and imports count against ``--timeout`` too."""
+    try:
+        # Field 22 of /proc/self/stat, counted after the command name (which may hold spaces).
+        ticks = int(Path("/proc/self/stat").read_text().rpartition(")")[2].split()[19])
+        uptime_s = float(Path("/proc/uptime").read_text().split()[0])
+        age_s = uptime_s - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        age_s = 0.0
+    return time.monotonic() - min(max(age_s, 0.0), 10.0)
 
 
 def _jobs_list(fleet: Fleet, args: argparse.Namespace) -> int:
@@ -192,7 +229,8 @@ def _jobs_cancel(fleet: Fleet, args: argparse.Namespace) -> int:
 
 
 def _jobs_wait(fleet: Fleet, args: argparse.Namespace) -> int:
-    out = fleet.job_block(args.ids, timeout_seconds=args.timeout)
+    left_s = max(args.wait_until - time.monotonic(), 0.0)
+    out = fleet.job_block(args.ids, timeout_seconds=left_s)
     for s in out["jobs"]:
         _print(s, args.json, f"{s['job_id']}: {s['status']} outcome={s['outcome']}")
     ok = out["done"] and all(succeeded(s) for s in out["jobs"])
@@ -256,9 +294,10 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     if args.cluster_command == "down":
-        stopped = cluster_down()
+        ending: list[int | None] = []
+        stopped = cluster_down(announce=lambda n: _say_ending(n, ending, args.json))
         _print(
-            {"stopped": stopped},
+            {"stopped": stopped, "running_jobs_ended": ending[0] if ending else None},
             args.json,
             "cluster stopped" if stopped else "no cluster was running",
         )
@@ -273,6 +312,12 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         f"running at {found['address']} with {found['nodes']} node(s), pid {found['pid']}",
     )
     return EXIT_OK
+
+
+def _say_ending(running: int | None, seen: list[int | None], as_json: bool) -> None:
+    seen.append(running)
+    if running is not None and not as_json:
+        print(f"clonefleet: ending {running} running job(s)", file=sys.stderr, flush=True)
 
 
 CONTROL_HANDLERS = {"jobs": cmd_jobs, "events": cmd_events, "cluster": cmd_cluster}

@@ -10,6 +10,7 @@ Ray's own errors never reach the caller: ours come back unwrapped, system errors
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from .cluster import (
     CALL_TIMEOUT_S,
     START_TIMEOUT_S,
     WAIT_MARGIN_S,
+    ClusterSession,
     call_with_deadline,
     connect_client,
     positive_seconds,
@@ -43,6 +45,8 @@ __all__ = ["Batch", "BatchPlan", "Fleet", "plan_batch"]
 
 LONGEST_BLOCK_S = 3600.0
 """How long the scheduler's ``job_block`` waits when given no time limit."""
+MIN_FIRST_CALL_S = 0.5
+"""The least the scheduler's first answer gets, however long connecting took."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,13 +161,15 @@ class Fleet:
     """Run and control subagent batches.
 
     Args:
-        address: Ray address (``None`` = embedded local Ray, or ``RAY_ADDRESS``).
+        address: Ray address (``None`` = embedded local Ray, or ``RAY_ADDRESS``); ``auto`` is
+            the cluster ``clonefleet cluster up`` recorded, never another Ray on the machine.
         config: a :class:`Config`, a path to a config file, or ``None`` to discover one.
         cwd: the caller's directory (definitions in ``.clonefleet/subagents/`` are found here).
         num_cpus: CPUs of an embedded Ray instance.
         max_concurrency: jobs running at once in the whole fleet (default: the config's).
         call_timeout_s: deadline of each control call on the scheduler (30 s), and of
-            connecting to an existing one; a new scheduler gets up to 120 s to answer first.
+            connecting to an existing one (Ray's connection included); a new scheduler gets up
+            to 120 s to answer first.
         wait_margin_s: what a waiting call (``job_block``, ``remaining``, ``events`` with
             ``wait_s``) gets on top of its own wait before it fails (2 s).
         ship_package: send this clonefleet package to a cluster's workers (``py_modules``);
@@ -176,9 +182,15 @@ class Fleet:
     backoff until the deadline. ``submit`` and ``spawn_nested`` are never retried.
 
     Raises:
-        ClusterError: Ray cannot be started or reached, or the scheduler did not answer.
+        ClusterError: Ray cannot be started or reached (``auto`` with no cluster up), or the
+            scheduler did not answer; :class:`SchedulerUnavailable` while it restarts.
         ConfigError: the config file is invalid.
     """
+
+    _wait = staticmethod(ray_wait)
+    """Waits for one call's answer: ``(ref, seconds) -> answer`` (tests put a fake here)."""
+    _clock: Callable[[], float] = time.monotonic
+    _sleep: Callable[[float], None] = time.sleep
 
     def __init__(
         self,
@@ -203,11 +215,14 @@ class Fleet:
             )
         self.call_timeout_s = positive_seconds(call_timeout_s, "call_timeout_s")
         self.wait_margin_s = positive_seconds(wait_margin_s, "wait_margin_s", zero=True)
-        self._wait: Callable[[Any, float], Any] = ray_wait
         self.cwd = Path(cwd or Path.cwd()).resolve()
         self.config = config if isinstance(config, Config) else load_config(config, self.cwd)
+        begun = self._clock()  # connecting counts against the first call's deadline
         self.address = resolve_address(address)
-        self._session, existed = connect_client(self.address, num_cpus, ship_package=ship_package)
+        # `ClusterSession` is looked up here so a test can replace it and keep Ray from starting.
+        self._session, existed = connect_client(
+            self.address, num_cpus, ship_package=ship_package, session=ClusterSession
+        )
         from .cluster import state_dir
         from .scheduler import journal_folder
         from .scheduler.remote import get_or_create_scheduler
@@ -223,7 +238,12 @@ class Fleet:
         )
         self._sched = get_or_create_scheduler(cap, journal_dir=folder, durability=durability)
         start_s = self.call_timeout_s if existed else max(self.call_timeout_s, START_TIMEOUT_S)
-        self._ask(lambda s: s.ping.remote(), timeout_s=start_s, idempotent=True)
+        start_s = max(start_s - (self._clock() - begun), MIN_FIRST_CALL_S)
+        try:
+            self._ask(lambda s: s.ping.remote(), timeout_s=start_s, idempotent=True)
+        except BaseException:
+            self._session.stop()  # a Fleet that did not start leaves no connection behind
+            raise
 
     def wait_ready(self, timeout_s: float = 120.0) -> int:
         """Wait until the scheduler's warm clone hosts are up; returns how many are.
@@ -253,7 +273,11 @@ class Fleet:
         if timeout_s is None:
             timeout_s = self.call_timeout_s if wait_s is None else wait_s + self.wait_margin_s
         return call_with_deadline(
-            lambda left_s: self._wait(call(self._sched), left_s), timeout_s, idempotent=idempotent
+            lambda seconds_left: self._wait(call(self._sched), seconds_left()),
+            timeout_s,
+            idempotent=idempotent,
+            clock=self._clock,
+            sleep=self._sleep,
         )
 
     # -- batches -------------------------------------------------------------------------
@@ -284,7 +308,12 @@ class Fleet:
         raise ClusterError("could not draw unused job ids in 5 tries")
 
     def _submit(self, sub: BatchSubmission) -> api.Submitted:
-        return cast(api.Submitted, self._ask(lambda s: s.submit.remote(sub)))
+        # Pickled here, once: the scheduler keeps these bytes in its journal as they are
+        # (a batch of 10,000 clones is pickled by the client rather than by the scheduler).
+        from ray import cloudpickle
+
+        blob = cloudpickle.dumps(sub)
+        return cast(api.Submitted, self._ask(lambda s: s.submit.remote(blob)))
 
     # -- job control: clonefleet.control.JobControl, synchronously -----------------------
     def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> api.Submitted:
@@ -323,18 +352,26 @@ class Fleet:
         the two limits; an hour without either). Fails :attr:`wait_margin_s` after that."""
         ids = list(job_ids)
         limits = [x for x in (wait_seconds, timeout_seconds) if x is not None]
+        wait_s = max(min(limits, default=LONGEST_BLOCK_S), 0.0)
+        left = self._countdown(wait_s)
         out = self._ask(
-            lambda s: s.job_block.remote(ids, wait_seconds, timeout_seconds),
-            wait_s=max(min(limits, default=LONGEST_BLOCK_S), 0.0),
-            idempotent=True,
+            lambda s: s.job_block.remote(ids, None, left()), wait_s=wait_s, idempotent=True
         )
         return cast(api.BlockResult, out)
 
+    def _countdown(self, wait_s: float) -> Callable[[], float]:
+        """What is left of a wait of ``wait_s`` starting now: a try made again after the
+        scheduler restarted waits only for the rest."""
+        end = self._clock() + wait_s
+        return lambda: max(end - self._clock(), 0.0)
+
     def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
-        """How many of the jobs (or batches' jobs) have not ended yet."""
+        """How many of the jobs (or batches' jobs) have not ended yet (after waiting up to
+        ``wait_seconds`` for them to; fails :attr:`wait_margin_s` after that)."""
+        left = self._countdown(wait_seconds)
         out = self._ask(
-            lambda s: s.remaining.remote(list(ids), wait_seconds),
-            wait_s=max(wait_seconds, 0.0),
+            lambda s: s.remaining.remote(list(ids), left()),
+            wait_s=wait_seconds if wait_seconds > 0 else None,
             idempotent=True,
         )
         return cast(int, out)
@@ -350,9 +387,15 @@ class Fleet:
         return cast(list[str], out)
 
     def events(self, target: api.Target = None, **query: Unpack[api.EventQuery]) -> api.EventPage:
-        """Events after ``cursor``: ``{events: [...], cursor: next}``."""
-        wait_s = max(float(query.get("wait_s", 0.0)), 0.0)
-        out = self._ask(lambda s: s.events.remote(target, **query), wait_s=wait_s, idempotent=True)
+        """Events after ``cursor``: ``{events: [...], cursor: next}`` (with ``wait_s``, fails
+        :attr:`wait_margin_s` after that wait)."""
+        wait_s = query.get("wait_s", 0.0)
+        left = self._countdown(wait_s)
+        out = self._ask(
+            lambda s: s.events.remote(target, **{**query, "wait_s": left()}),
+            wait_s=wait_s if wait_s > 0 else None,
+            idempotent=True,
+        )
         return cast(api.EventPage, out)
 
     def follow(

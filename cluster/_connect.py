@@ -32,9 +32,9 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import ClusterError
-from ._local import local_token_path, private_ray_temp_dir
+from ._local import local_token_path, private_ray_temp_dir, resolve_address
 
-__all__ = ["ClusterConfig", "ClusterSession", "loopback_environment"]
+__all__ = ["ClusterConfig", "ClusterSession", "loopback_environment", "named_actor_exists"]
 
 NAMESPACE = "clonefleet"
 SCHEDULER_NAME = "scheduler"
@@ -133,6 +133,32 @@ class ClusterConfig:
     """Ray runtime environment for a remote cluster (working dir, packages)."""
 
 
+def _check_same_cluster(address: str | None) -> None:
+    """A process already connected to Ray stays on that instance: refuse a request for another
+    cluster instead of quietly using the one that is connected."""
+    import ray
+
+    if not address or "://" in address:
+        return  # embedded, or Ray Client (whose address Ray does not report the same way)
+    current = ray.get_runtime_context().gcs_address
+    if current != address:
+        raise ClusterError(
+            f"this process is already connected to Ray at {current}, not {address}; "
+            "one process uses one cluster (close the other Fleet first)"
+        )
+
+
+def named_actor_exists(name: str, namespace: str = NAMESPACE) -> bool:
+    """Whether the connected cluster has a live actor of that name (one call to Ray's GCS)."""
+    import ray
+
+    try:
+        ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return False
+    return True
+
+
 class ClusterSession:
     """Context manager owning one connection to Ray.
 
@@ -161,10 +187,13 @@ class ClusterSession:
         loopback_environment()
         import ray
 
+        # `auto` never reaches Ray (whose own search joins any Ray on the machine).
+        address = resolve_address(self.cfg.address)
         if ray.is_initialized():
+            _check_same_cluster(address)
             return self
-        _keep_loopback_if_imported_early(self.address)
-        auth = _auth_environment(self.address)
+        _keep_loopback_if_imported_early(address)
+        auth = _auth_environment(address)
         self._restore_env = _set_auth_environment(auth)
         kwargs: dict[str, Any] = {
             "namespace": self.cfg.namespace,
@@ -174,7 +203,6 @@ class ClusterSession:
         }
         if self.cfg.runtime_env:
             kwargs["runtime_env"] = self.cfg.runtime_env
-        address = self.address
         try:
             if address:
                 ray.init(address=address, **kwargs)

@@ -6,8 +6,9 @@ rewrite the head address the way ``ray start`` does). Every node runs with Ray's
 authentication (``RAY_AUTH_MODE=token``), reading the token from the file ``--auth-token-file``
 names, so its RPC servers and its dashboard agent's HTTP server (which serves the session's log
 listing at ``/logs/``) refuse a caller without that token; Ray's session folder (logs, sockets)
-is inside a folder only this user may enter. SIGTERM shuts every node down and removes the state
-and token files.
+is inside a folder only this user may enter. SIGTERM ends every process of the daemon's session
+(nodes, the scheduler, clone hosts) within about two seconds and removes the state and token
+files.
 """
 
 from __future__ import annotations
@@ -19,16 +20,22 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
-from ._local import private_ray_temp_dir
+from ._local import end_session, private_ray_temp_dir
+
+STOP_GRACE_S = 0.5
+"""How long the cluster's processes get to exit on SIGTERM before they are killed."""
 
 
 def _ray_environment(token_file: Path) -> None:
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    # Ray's nodes take over SIGTERM and would first wait up to 30 s for the node to drain (for
-    # Ray Serve); `cluster down` stops the processes at once instead.
-    os.environ.setdefault("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
+    # Ray's nodes take over SIGTERM (ours is put back once they are up) and would first wait up
+    # to 30 s for a node with any actor on it to drain: `cluster down` took 31.5 s once the
+    # scheduler existed. Forced, not defaulted, so a value in the caller's shell cannot bring
+    # that back for a SIGTERM that comes while the nodes start.
+    os.environ["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"] = "0"
     # Ray reads these when it loads (in this process and in every node process it starts, which
     # inherit this environment); a RAY_AUTH_TOKEN from the caller's shell would take precedence
     # over the file, so it goes.
@@ -52,8 +59,7 @@ def main() -> int:
     from ray.cluster_utils import Cluster
 
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    _on_stop_signals(stop)
     state_file = Path(args.state)
     cluster = Cluster(
         initialize_head=True,
@@ -69,6 +75,9 @@ def main() -> int:
         for _ in range(args.nodes - 1):
             cluster.add_node(num_cpus=args.cpus, node_ip_address="127.0.0.1")
         cluster.wait_for_nodes()
+        # Each node Ray starts here installs a SIGTERM handler of its own (it ends that one node
+        # and exits through Cluster.shutdown's waits); ours goes back so `_stop` ends them all.
+        _on_stop_signals(stop)
         state = {
             "address": cluster.address,
             "pid": os.getpid(),
@@ -85,10 +94,29 @@ def main() -> int:
         print(f"cluster ready at {cluster.address} with {args.nodes} node(s)", flush=True)  # noqa: T201 (the parent reads this line)
         stop.wait()
     finally:
-        cluster.shutdown()
+        _stop(cluster)
         state_file.unlink(missing_ok=True)
         token_file.unlink(missing_ok=True)
     return 0
+
+
+def _on_stop_signals(stop: threading.Event) -> None:
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+
+def _stop(cluster: Any) -> None:
+    """End every process of this daemon's session at once, then let Ray forget its nodes.
+
+    Ray's own ``Cluster.shutdown`` ends the processes one after the other with a second of grace
+    each and waits up to 30 s for each to be reaped; here they all get SIGTERM together and
+    SIGKILL after :data:`STOP_GRACE_S`, and Ray's bookkeeping (which then finds every process
+    gone) gets a bounded second in a thread of its own.
+    """
+    end_session(os.getpid(), grace_s=STOP_GRACE_S)
+    done = threading.Thread(target=cluster.shutdown, daemon=True)
+    done.start()
+    done.join(timeout=1.0)
 
 
 if __name__ == "__main__":

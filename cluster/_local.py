@@ -15,6 +15,7 @@ This module does not import Ray; the daemon (``_daemon.py``) does.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +35,12 @@ from ..errors import ClusterError, UsageError
 __all__ = [
     "cluster_down",
     "cluster_up",
+    "end_session",
     "local_token_path",
     "private_ray_temp_dir",
     "read_state",
     "resolve_address",
+    "session_pids",
     "state_path",
     "token_path",
 ]
@@ -47,6 +51,12 @@ def _state_dir() -> Path:
         os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "clonefleet"
     )
     return Path(base)
+
+
+def state_dir() -> Path:
+    """The folder of the recorded cluster, its token and the scheduler's journal
+    (``$CLONEFLEET_STATE_DIR`` overrides)."""
+    return _state_dir()
 
 
 def state_path() -> Path:
@@ -146,13 +156,54 @@ def local_token_path(address: str | None) -> Path | None:
 
 
 def resolve_address(address: str | None) -> str | None:
-    """Turn ``--address`` into what Ray takes: ``auto`` prefers the cluster ``up`` started."""
+    """Turn ``--address`` into what Ray takes (``None``: an embedded instance).
+
+    ``auto`` (given, or in ``RAY_ADDRESS``) means the cluster ``clonefleet cluster up``
+    recorded and nothing else: never Ray's own search for any Ray instance on the machine, which
+    would join whatever it finds (another user's embedded run). The recorded cluster's GCS port
+    must answer a TCP connect on 127.0.0.1 within about a second.
+
+    Raises:
+        ClusterError: ``auto`` with no recorded cluster, or the recorded cluster's GCS port does
+            not answer (the message names ``clonefleet cluster up``).
+    """
     address = address or os.environ.get("RAY_ADDRESS") or None
-    if address == "auto":
-        state = read_state()
-        if state and state.get("ready"):
-            return str(state["address"])
+    if address != "auto":
+        if address:
+            state = read_state()
+            if state and state.get("address") == address:
+                _check_gcs_answers(address)
+        return address
+    state = read_state()
+    if not state or not state.get("ready"):
+        now = "is still starting" if state else "is running"
+        raise ClusterError(
+            f"no clonefleet cluster {now}, and `--address auto` means only the cluster "
+            "`clonefleet cluster up` starts: run `clonefleet cluster up` first (or pass the "
+            "address of another cluster)"
+        )
+    address = str(state["address"])
+    _check_gcs_answers(address)
     return address
+
+
+GCS_PROBE_TIMEOUT_S = 1.0
+"""How long the recorded cluster's GCS port gets to accept a TCP connection."""
+
+
+def _check_gcs_answers(address: str, timeout_s: float = GCS_PROBE_TIMEOUT_S) -> None:
+    """Fail fast when the recorded cluster's GCS port does not accept a connection (``ray.init``
+    would retry for about 20 s before giving up)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            return
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or "timed out"
+    raise ClusterError(
+        f"the clonefleet cluster recorded at {address} does not answer ({why}); its daemon may "
+        "be stuck: `clonefleet cluster down` then `clonefleet cluster up` starts a fresh one"
+    )
 
 
 def _free_port() -> int:
@@ -240,20 +291,116 @@ def _tail(log: Path, n: int = 1500) -> str:
         return "(no log)"
 
 
-def cluster_down(timeout_s: float = 60.0) -> bool:
-    """Stop the recorded cluster; ``False`` when none was running."""
+DOWN_TIMEOUT_S = 3.0
+"""How long ``cluster down`` lets the daemon stop its nodes before it kills them itself."""
+
+
+def cluster_down(
+    timeout_s: float = DOWN_TIMEOUT_S, *, announce: Callable[[int | None], None] | None = None
+) -> bool:
+    """Stop the recorded cluster within a few seconds; ``False`` when none was running.
+
+    The daemon gets ``timeout_s`` to stop its nodes (it ends their processes itself, without
+    Ray's graceful waits); then every process still in its session (nodes, the scheduler, clone
+    hosts) is killed.
+
+    Args:
+        timeout_s: how long the daemon gets before its processes are killed.
+        announce: called, before anything stops, with how many jobs are running and end with
+            the cluster (``None`` when that is not known).
+    """
     state = read_state()
     if state is None:
         return False
     pid = int(state["pid"])
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and _alive(pid):
-        time.sleep(0.05)
-    if _alive(pid):
-        os.killpg(pid, signal.SIGKILL)
+    ours = _is_daemon(pid)  # else the daemon is gone and its pid belongs to another program
+    if ours:
+        if announce is not None:
+            announce(_running_jobs_hint(state))
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        _wait_gone([pid], timeout_s)
+        end_session(pid, grace_s=0.0)
     state_path().unlink(missing_ok=True)
     token = state.get("auth_token_path")
     if token:
         Path(str(token)).unlink(missing_ok=True)
-    return True
+    return ours
+
+
+def _is_daemon(pid: int) -> bool:
+    """Whether ``pid`` runs clonefleet's cluster daemon (assumed where ``/proc`` cannot say): a
+    recorded pid that the system gave to another program since is never signalled."""
+    try:
+        return b"clonefleet.cluster._daemon" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return not Path("/proc/self").exists() or not _alive(pid)
+    except OSError:
+        return True
+
+
+def _running_jobs_hint(state: dict[str, Any]) -> int | None:
+    """How many jobs of the cluster ``state`` records are running, or ``None`` when unknown.
+
+    Asking the scheduler would mean a Ray connection (seconds) in a command that has to finish
+    in a few; the count is meant to come from the scheduler's journal on disk instead.
+    """
+    return None
+
+
+def session_pids(sid: int) -> list[int]:
+    """The processes of session ``sid`` (on Linux, from ``/proc``; elsewhere none)."""
+    found = []
+    for entry in Path("/proc").iterdir() if Path("/proc/self/stat").exists() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # The command name (field 2) may hold spaces and parentheses: count from its end.
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 3 and int(fields[3]) == sid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def end_session(sid: int, *, grace_s: float, kill_wait_s: float = 1.0) -> None:
+    """End every process of session ``sid`` but the caller: SIGTERM, ``grace_s`` to exit, then
+    SIGKILL. Ray's workers start their own process groups but stay in the session, so this
+    reaches the scheduler and clone hosts as well as the node processes."""
+    pids = [p for p in session_pids(sid) if p != os.getpid()]
+    if grace_s > 0:
+        _signal_all(pids, signal.SIGTERM)
+        pids = _wait_gone(pids, grace_s)
+    _signal_all(pids, signal.SIGKILL)
+    if sid != os.getpid() and not Path("/proc/self/stat").exists():
+        # No /proc to list the session: at least the process group. (With /proc, never: once
+        # the session is empty its number may belong to another program's group.)
+        with contextlib.suppress(OSError):
+            os.killpg(sid, signal.SIGKILL)
+    _wait_gone(pids, kill_wait_s)
+
+
+def _signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+
+
+def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
+    """Wait until none of ``pids`` is alive; the ones still alive."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = [p for p in pids if not _reaped(p) and _alive(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def _reaped(pid: int) -> bool:
+    """Reap ``pid`` when it is an exited child of ours (only that one: a caller's other children
+    keep their exit status)."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] == pid
+    except ChildProcessError:
+        return False

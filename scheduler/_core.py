@@ -149,11 +149,16 @@ class SchedulerCore(JobQueries):
 
     def _place(self, batch_id: str, clones_per_actor: int | None) -> None:
         """Bind the batch's queued jobs to hosts and start what the caps allow."""
+        self._bind_queued(batch_id, clones_per_actor)
+        self._pump()
+
+    def _bind_queued(self, batch_id: str, clones_per_actor: int | None) -> None:
+        """Bind the batch's queued jobs to hosts (every queued job must have one before the
+        pump runs)."""
         ids = [j for j in self._queues.get(batch_id, ()) if not self.jobs[j].is_terminal]
         per = clones_per_actor or choose_clones_per_actor(len(ids), self.cpus, self.nodes)
         for start in range(0, len(ids), per):
             self._bind(self.hosts.acquire(), ids[start : start + per])
-        self._pump()
 
     def _check_ids(self, sub: BatchSubmission) -> None:
         if not sub.specs:

@@ -61,7 +61,8 @@ def restore(
         report["resumed"] += resumed
         report["lost"] += len(unfinished) - resumed
     for batch_id in list(core._queues):
-        core._place(batch_id, core._batch_meta[batch_id].clones_per_actor)
+        core._bind_queued(batch_id, core._batch_meta[batch_id].clones_per_actor)
+    core._pump()
     return report
 
 

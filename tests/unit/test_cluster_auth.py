@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 from pathlib import Path
 
@@ -74,10 +75,12 @@ def test_an_embedded_session_keeps_the_callers_explicit_choice(monkeypatch):
 
 
 def test_the_local_cluster_is_joined_with_its_own_token_file(monkeypatch, tmp_path):
-    token = _record_cluster(tmp_path)
     monkeypatch.setenv("RAY_AUTH_TOKEN", "a token for some other cluster")
-    assert _local.resolve_address("auto") == "127.0.0.1:6390"
-    assert _connect._auth_environment("127.0.0.1:6390") == {
+    with socket.create_server(("127.0.0.1", 0)) as gcs:  # `auto` checks the GCS port answers
+        address = f"127.0.0.1:{gcs.getsockname()[1]}"
+        token = _record_cluster(tmp_path, address)
+        assert _local.resolve_address("auto") == address
+    assert _connect._auth_environment(address) == {
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN": None,
         "RAY_AUTH_TOKEN_PATH": str(token),

@@ -154,3 +154,20 @@ async def test_retention_evicts_finished_batches_and_the_journal_forgets_them(tm
     _, journal2, table = open_core(tmp_path / "j", Hosts())
     assert not table.jobs and not table.batches
     await journal2.aclose()
+
+
+async def test_two_unfinished_batches_are_both_placed_before_either_starts(tmp_path):
+    hosts = Hosts()
+    core, journal, _ = open_core(tmp_path / "j", hosts)
+    first = await core.submit(submission(core, 2, HANG))
+    second = await core.submit(submission(core, 3, HANG))
+    await journal.commit()
+    crash(core, journal, hosts)
+    core2, journal2, table = open_core(tmp_path / "j", Hosts())
+    assert dict(restore(core2, table)) == {"finished": 0, "resumed": 5, "lost": 0}
+    ids = [*first["job_ids"], *second["job_ids"]]
+    assert all(core2.jobs[j].state is JobState.RUNNING for j in ids)
+    await core2.cancel_many(ids)
+    assert (await core2.job_block(ids, timeout_seconds=10))["done"]
+    await core2.aclose()
+    await journal2.aclose()
