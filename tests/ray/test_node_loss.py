@@ -29,26 +29,28 @@ with ClusterSession(ClusterConfig(address=sys.argv[1])):
 
 
 def node_pids(node_id: str) -> list[int]:
-    """The raylet of node ``node_id`` and every worker it started (from /proc): the node."""
+    """The raylet of node ``node_id`` and every process it started (from /proc): the node."""
     cmds: dict[int, list[bytes]] = {}
+    parents: dict[int, int] = {}
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
                 cmds[int(proc.name)] = (proc / "cmdline").read_bytes().split(b"\0")
+                stat = (proc / "stat").read_text()
             except OSError:
                 continue
+            parents[int(proc.name)] = int(stat.rsplit(")", 1)[1].split()[1])
     raylet = next(
-        (pid, cmd)
+        pid
         for pid, cmd in cmds.items()
         if cmd and cmd[0].endswith(b"raylet") and f"--node_id={node_id}".encode() in cmd
     )
-    socket = next(a for a in raylet[1] if a.startswith(b"--raylet_socket_name="))
-    workers = [
-        pid
-        for pid, cmd in cmds.items()
-        if pid != raylet[0] and any(a == b"--raylet-name=" + socket.split(b"=", 1)[1] for a in cmd)
-    ]
-    return [raylet[0], *workers]
+    family, grew = {raylet}, True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in family} - family
+        family |= more
+        grew = bool(more)
+    return sorted(family)
 
 
 def test_a_worker_node_removed_mid_batch_its_clones_finish_on_the_others(tmp_path):
