@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from .errors import ClonefleetError, UsageError
 from .vocab import EVENT_LEVELS, EventType, succeeded
 
 if TYPE_CHECKING:
@@ -126,11 +126,53 @@ def cmd_jobs(args: argparse.Namespace) -> int:
             "call_timeout_s": min(max(hard - time.monotonic(), 1.0), 30.0),
             "wait_margin_s": WAIT_OVER_S - EXIT_RESERVE_S,
         }
+    view = _offline_view(args)
+    if view is not None:
+        return _JOBS[args.jobs_command](view, args)  # type: ignore[arg-type]  # read-only twin
     fleet = connect(args.address, **options)
     try:
         return _JOBS[args.jobs_command](fleet, args)
     finally:
         fleet.close()
+
+
+OFFLINE_COMMANDS = ("list", "status", "result")
+"""``jobs`` commands answered from the journal on disk when no cluster runs."""
+
+
+def journal_dir() -> Path:
+    """The journal of the cluster ``cluster up`` starts: ``durability.journal_dir`` of the
+    config found here, else ``journal/`` in the state folder."""
+    from .cluster import state_dir
+    from .config import load_config
+
+    try:
+        configured = load_config(None, Path.cwd()).durability.journal_dir
+    except ClonefleetError:
+        configured = None
+    return Path(configured).expanduser() if configured else state_dir() / "journal"
+
+
+def _offline_view(args: argparse.Namespace) -> Any:
+    """A read-only view of the journal when no cluster runs and none was named (else ``None``);
+    says on stderr that the answer comes from the journal."""
+    from .cluster import read_state
+    from .scheduler import JournalView
+
+    if args.jobs_command not in OFFLINE_COMMANDS or args.address or os.environ.get("RAY_ADDRESS"):
+        return None
+    folder = journal_dir()
+    if read_state() is not None or not folder.is_dir():
+        return None
+    view = JournalView(folder)
+    print(
+        f"clonefleet: no cluster is running; read from the journal at {folder} (jobs that had not"
+        " ended resume on the next `clonefleet cluster up`)",
+        file=sys.stderr,
+    )
+    for damage in view.damage:
+        print(f"clonefleet: journal damage: {damage}", file=sys.stderr)
+    return view
 
 
 def _started_at() -> float:
@@ -295,7 +337,9 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.cluster_command == "down":
         ending: list[int | None] = []
-        stopped = cluster_down(announce=lambda n: _say_ending(n, ending, args.json))
+        stopped = cluster_down(
+            announce=lambda n: _say_ending(_unfinished_jobs(n), ending, args.json)
+        )
         _print(
             {"stopped": stopped, "running_jobs_ended": ending[0] if ending else None},
             args.json,
@@ -314,10 +358,27 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _unfinished_jobs(known: int | None) -> int | None:
+    """How many jobs of the cluster's journal have not ended (read from disk: no Ray)."""
+    if known is not None:
+        return known
+    from .scheduler import JournalView
+
+    folder = journal_dir()
+    if not folder.is_dir():
+        return None
+    return len(JournalView(folder).table.unfinished())
+
+
 def _say_ending(running: int | None, seen: list[int | None], as_json: bool) -> None:
     seen.append(running)
     if running is not None and not as_json:
-        print(f"clonefleet: ending {running} running job(s)", file=sys.stderr, flush=True)
+        print(
+            f"clonefleet: ending {running} unfinished job(s); they resume on the next"
+            " `clonefleet cluster up`",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 CONTROL_HANDLERS = {"jobs": cmd_jobs, "events": cmd_events, "cluster": cmd_cluster}

@@ -55,6 +55,9 @@ class JournalView:
         self.folder = os.fspath(folder)
         self.table: Table = read_table(read_journal(folder))
 
+    def close(self) -> None:
+        """Nothing to release (the journal was read at once); the twin of ``Fleet.close``."""
+
     @property
     def damage(self) -> list[str]:
         """Damaged spots found while reading, one sentence each."""
