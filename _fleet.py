@@ -315,6 +315,43 @@ class Fleet:
         blob = cloudpickle.dumps(sub)
         return cast(api.Submitted, self._ask(lambda s: s.submit.remote(blob)))
 
+    # -- messages to running clones -------------------------------------------------------
+    _inbox_handle: Any = None
+
+    def _ask_inbox(self, call: Callable[[Any], Any], *, idempotent: bool) -> Any:
+        """Like :meth:`_ask`, on the inbox actor (created by the scheduler on first use)."""
+        if self._inbox_handle is None:
+            limits = self.config.limits
+            self._inbox_handle = self._ask(lambda s: s.inbox.remote(limits))
+        inbox = self._inbox_handle
+        return call_with_deadline(
+            lambda seconds_left: self._wait(call(inbox), seconds_left()),
+            self.call_timeout_s,
+            idempotent=idempotent,
+            clock=self._clock,
+            sleep=self._sleep,
+        )
+
+    def message(self, job_id: str, text: str) -> dict[str, Any]:
+        """Send ``text`` to a job's clone: it enters the clone's context as a user message at
+        its next turn boundary. Returns ``{delivery_id, status: "queued"}`` once the delivery
+        is on disk; :meth:`delivery` tells what became of it.
+
+        Raises:
+            UnknownJobError: no such job.
+            UsageError: the job has ended, an ``@skill:`` reference is refused, the message is
+                too long or a queue is full (``limits.max_message_chars``,
+                ``limits.max_queued_messages_per_job``, ``limits.max_queued_messages``).
+        """
+        out = self._ask_inbox(lambda i: i.send.remote(job_id, text), idempotent=False)
+        return cast(dict[str, Any], out)
+
+    def delivery(self, delivery_id: str) -> dict[str, Any]:
+        """A delivery's state: ``queued``, ``delivered`` (in its clone's context) or
+        ``undelivered`` (its job ended first)."""
+        out = self._ask_inbox(lambda i: i.delivery.remote(delivery_id), idempotent=True)
+        return cast(dict[str, Any], out)
+
     # -- job control: clonefleet.control.JobControl, synchronously -----------------------
     def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> api.Submitted:
         """Start a batch on behalf of a running job, as its ``subagent`` tool would.

@@ -228,7 +228,9 @@ class EventType(StrEnum):
     PROGRESS = "progress"
     COMPACTION = "compaction"
     MODEL_FAILOVER = "model_failover"
+    MESSAGE_QUEUED = "message_queued"
     MESSAGE_DELIVERED = "message_delivered"
+    MESSAGE_UNDELIVERED = "message_undelivered"
     RESTARTED = "restarted"
     """The job's clone host died and the clone was started again from its last checkpoint."""
     RESULT = "result"
@@ -250,7 +252,9 @@ _LIFECYCLE = frozenset(
         EventType.RESULT,
         EventType.ERROR,
         EventType.MODEL_FAILOVER,
+        EventType.MESSAGE_QUEUED,
         EventType.MESSAGE_DELIVERED,
+        EventType.MESSAGE_UNDELIVERED,
         EventType.COMPACTION,
         EventType.RESTARTED,
     }

@@ -14,6 +14,9 @@ from ._failover import Candidate as Candidate
 from ._failover import FailoverModel as FailoverModel
 from ._failover import backoff_s as backoff_s
 from ._host import HostCore as HostCore
+from ._inbox import Delivery as Delivery
+from ._inbox import InboxCore as InboxCore
+from ._inbox import InboxLimits as InboxLimits
 from ._jobtools import job_tools as job_tools
 from ._loop import BASE_PROMPT as BASE_PROMPT
 from ._loop import Clone as Clone
@@ -29,6 +32,9 @@ from ._tools import resolve_inside as resolve_inside
 from ._tools import tool_from_function as tool_from_function
 
 __all__ = [
+    "Delivery",
+    "InboxCore",
+    "InboxLimits",
     "job_tools",
     "open_checked",
     "schema_errors",

@@ -73,10 +73,13 @@ class HostCore:
         self._dirty: dict[str, dict[str, Any]] = {}
         """The latest checkpoint event of each job not shipped yet."""
         self._shipped_at: dict[str, float] = {}
+        self._mail: dict[str, list[tuple[str, str]]] = {}
+        """Messages for each clone here, taken at its next turn boundary (see :meth:`deliver`)."""
 
     def _push(self, job_id: str, event: dict[str, Any]) -> None:
         if event["type"] == _FINAL:
             # The result supersedes any checkpoint: none may follow it.
+            self._mail.pop(job_id, None)  # its job ended first: the inbox says undelivered
             for table in (self._dirty, self._interval, self._shipped_at):
                 table.pop(job_id, None)
         elif len(self._events) >= self._max_buffer:
@@ -160,6 +163,9 @@ class HostCore:
         async def checkpoint(state: dict[str, Any], job_id: str = spec.job_id) -> None:
             self._hold(job_id, state)
 
+        async def inbox(job_id: str = spec.job_id) -> list[tuple[str, str]]:
+            return self._mail.pop(job_id, [])
+
         def on_failover(src: str, dst: str, reason: str) -> None:
             emit(
                 {
@@ -177,6 +183,7 @@ class HostCore:
                 pool.failover_for(spec, on_failover),
                 emit=emit,
                 checkpoint=checkpoint,
+                inbox=inbox,
                 control=self.control,
                 resume=resume,
             )
@@ -190,6 +197,21 @@ class HostCore:
             self._clones.pop(spec.job_id, None)
         emit({"type": _FINAL, "ts": time.time(), "result": result.to_json()})
         return result
+
+    def deliver(self, items: Sequence[Mapping[str, Any]]) -> int:
+        """Hand messages (``{delivery_id, job_id, text}``) to clones here: each clone takes its
+        own, in order, at its next turn boundary, and acknowledges them with a
+        ``message_delivered`` event. A message its clone already took is skipped by the clone."""
+        for item in items:
+            job_id = str(item["job_id"])
+            task = self._tasks.get(job_id)
+            if task is not None and task.done():
+                continue  # its job ended here: the inbox learns that from the scheduler
+            pair = (str(item["delivery_id"]), str(item["text"]))
+            box = self._mail.setdefault(job_id, [])
+            if pair[0] not in {d for d, _ in box}:  # routed again while it waited
+                box.append(pair)
+        return len(items)
 
     def cancel(self, job_ids: Sequence[str]) -> list[str]:
         """Cancel running clones; returns the ids that were still running here."""

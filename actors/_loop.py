@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-
 from ..control import JobControl
 from ..errors import AllModelsFailed, ModelError, ToolRetry
 from ..providers import Message, Model, ModelRequest, ModelResponse, Role, ToolCall, ToolSpec, Usage
@@ -25,9 +23,10 @@ from ._checkpoint import restore, snapshot
 from ._compaction import compact, context_tokens
 from ._control_specs import CONTROL_SPECS
 from ._exit import ExitJudge, Verdict
+from ._inbox import skill_refs
 from ._jobtools import job_tools
 from ._spec import CloneSpec, RunResult
-from ._tools import WORK_TOOL_TABLE, Tool, ToolContext
+from ._tools import WORK_TOOL_TABLE, Tool, ToolContext, check_arguments
 
 __all__ = ["BASE_PROMPT", "Clone", "Emit"]
 
@@ -215,8 +214,19 @@ class Clone:
     async def _take_deliveries(self) -> None:
         if self._inbox is None:
             return
+        taken = set(self.delivered)
         for delivery_id, text in await self._inbox():
+            if delivery_id in taken:
+                continue  # sent again after a restart: it is in the context already
+            taken.add(delivery_id)
             self.messages.append(Message(role=Role.USER, content=text))
+            for name in skill_refs(text):  # checked against this clone's policy when sent
+                if name in self.skill_catalog and name not in self._loaded_skills:
+                    body = self.skill_catalog[name][1]
+                    self._loaded_skills[name] = body
+                    self.messages.append(
+                        Message(role=Role.USER, content=f"[skill {name}]\n{body}", pinned=True)
+                    )
             self.delivered.append(delivery_id)
             self._emit(EventType.MESSAGE_DELIVERED, delivery_id=delivery_id)
 
@@ -337,7 +347,7 @@ class Clone:
             hint = " (it is deferred: load it with tool_search)" if tool is not None else ""
             raise ToolRetry(f"unknown tool {call.name!r}{hint}")
         if call.name in WORK_TOOL_TABLE:
-            _check_arguments(tool, call.arguments)
+            check_arguments(tool, call.arguments)
         return await tool.run(call.arguments, ToolContext(root=Path(self.spec.cwd)))
 
     def _progress(self, args: dict[str, Any]) -> str:
@@ -475,17 +485,3 @@ class Clone:
             },
         )
         return result
-
-
-def _check_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
-    validator = _VALIDATORS.get(tool.name)
-    if validator is None:
-        validator = _VALIDATORS[tool.name] = jsonschema.Draft202012Validator(tool.spec.parameters)
-    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
-    if error is not None:
-        where = "/".join(map(str, error.absolute_path)) or "arguments"
-        raise ToolRetry(f"invalid arguments for {tool.name}: {where}: {error.message}")
-
-
-_VALIDATORS: dict[str, jsonschema.Draft202012Validator] = {}
-"""Argument validators of the built-in tools (their schemas are fixed)."""

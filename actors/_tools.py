@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import jsonschema
+
+from ..errors import ToolRetry
 from ..providers import ToolSpec
 from ..vocab import WORK_TOOLS
 from ._filetools import edit_tool, list_tool, read_tool, write_tool
@@ -28,6 +31,7 @@ from ._shell import shell_tool
 from ._toolbase import Tool, ToolContext, ToolFn
 
 __all__ = [
+    "check_arguments",
     "WORK_TOOL_TABLE",
     "Tool",
     "ToolContext",
@@ -135,3 +139,22 @@ _TABLE: dict[str, Tool] = {
 }
 WORK_TOOL_TABLE: dict[str, Tool] = {name: _TABLE[name] for name in WORK_TOOLS}
 """The implementation of each work tool of :data:`clonefleet.vocab.WORK_TOOLS`, by name."""
+
+
+def check_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
+    """Check a built-in tool's arguments against its schema.
+
+    Raises:
+        ToolRetry: they do not fit (the model is told where).
+    """
+    validator = _VALIDATORS.get(tool.name)
+    if validator is None:
+        validator = _VALIDATORS[tool.name] = jsonschema.Draft202012Validator(tool.spec.parameters)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    if error is not None:
+        where = "/".join(map(str, error.absolute_path)) or "arguments"
+        raise ToolRetry(f"invalid arguments for {tool.name}: {where}: {error.message}")
+
+
+_VALIDATORS: dict[str, jsonschema.Draft202012Validator] = {}
+"""Argument validators of the built-in tools (their schemas are fixed)."""

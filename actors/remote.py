@@ -8,22 +8,34 @@ The actor only turns picklable specs into live objects and forwards calls to
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack, cast
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .. import control as api
 from ..cluster import NAMESPACE, SCHEDULER_NAME
 from ..config import Config
 from ..control import Seconds
 from ..errors import ClonefleetError, ClusterError
+from ..journal import Journal
 from ..providers import SimScript
 from ._host import HostCore
+from ._inbox import Delivery, InboxCore, InboxLimits, skill_refs
 from ._spec import CloneSpec
 
-__all__ = ["CloneHost", "CloneHostActor", "SchedulerControl"]
+__all__ = [
+    "INBOX_NAME",
+    "CloneHost",
+    "CloneHostActor",
+    "InboxActor",
+    "SchedulerControl",
+    "get_or_create_inbox",
+]
 
 
 class CloneHostActor:
@@ -58,6 +70,9 @@ class CloneHostActor:
 
     async def cancel(self, job_ids: list[str]) -> list[str]:
         return self._host().cancel(job_ids)
+
+    async def deliver(self, items: list[dict[str, Any]]) -> int:
+        return self._host().deliver(items)
 
     async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
         return await self._host().drain(wait_s)
@@ -186,6 +201,10 @@ class CloneHost:
     async def cancel(self, job_ids: Sequence[str]) -> list[str]:
         return cast(list[str], await self._ask(lambda h: h.cancel.remote(list(job_ids))))
 
+    async def deliver(self, items: Sequence[Mapping[str, Any]]) -> int:
+        batch = [dict(item) for item in items]
+        return cast(int, await self._ask(lambda h: h.deliver.remote(batch)))
+
     async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
         return cast(list[dict[str, Any]], await self._ask(lambda h: h.drain.remote(wait_s)))
 
@@ -213,3 +232,128 @@ class CloneHost:
 
     def kill(self) -> None:
         ray.kill(self.handle, no_restart=True)
+
+
+INBOX_NAME = "inbox"
+"""The inbox actor's name in :data:`~clonefleet.cluster.NAMESPACE`."""
+REROUTE_S = 2.0
+"""A delivery still queued this long after it was last routed is routed again (its clone may
+have moved, or the inbox restarted); clones skip what they already took."""
+
+
+class InboxActor:
+    """Owns every delivery (:class:`~clonefleet.actors._inbox.InboxCore`) and its journal; routes
+    queued deliveries through the scheduler, which knows where each job runs. A Ray actor (see
+    :func:`get_or_create_inbox`): named, detached, restarted by Ray, rebuilt from its journal."""
+
+    def __init__(self, journal_dir: str, limits: InboxLimits | None = None) -> None:
+        self._dir, self._limits = journal_dir, limits or InboxLimits()
+        self._core: InboxCore | None = None
+        self._journal: Journal | None = None
+        self._routed: dict[str, float] = {}
+        self._loop_task: asyncio.Task[None] | None = None
+        self.damage: list[str] = []
+        with contextlib.suppress(Exception):  # restarted: rebuild and route without a caller
+            ray.get_runtime_context().current_actor.ping.remote()
+
+    def _c(self) -> InboxCore:
+        if self._core is None:
+            journal, replay = Journal.open(self._dir)
+            journal.start_background()
+            core = InboxCore(self._limits, journal)
+            core.restore(replay.records)
+            self._core, self._journal = core, journal
+            self.damage = [str(d) for d in replay.damage]
+            self._loop_task = asyncio.get_running_loop().create_task(self._reroute())
+        return self._core
+
+    async def ping(self) -> str:
+        self._c()
+        return "ok"
+
+    async def send(self, job_id: str, text: str) -> dict[str, Any]:
+        """Queue a message for a job: checked (limits, the job, its ``@skill:`` references),
+        recorded on disk, then routed. Our errors (``UnknownJobError``, ``UsageError``) say why
+        nothing was queued."""
+        core = self._c()
+        core.check(job_id, text)
+        try:
+            await _scheduler().check_message.remote(job_id, text, skill_refs(text))
+        except RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ClonefleetError):
+                raise cause from None
+            raise ClusterError(f"the scheduler could not check the message: {exc}") from None
+        delivery = core.accept(job_id, text)
+        assert self._journal is not None
+        await self._journal.commit()
+        asyncio.get_running_loop().create_task(self._route([delivery]))
+        return {"delivery_id": delivery.delivery_id, "status": delivery.state}
+
+    async def delivery(self, delivery_id: str) -> dict[str, Any]:
+        return self._c().get(delivery_id).view()
+
+    async def acked(self, delivery_ids: list[str]) -> None:
+        self._c().acked(delivery_ids)
+
+    async def ended(self, job_ids: list[str]) -> list[dict[str, Any]]:
+        done = self._c().ended(job_ids)
+        return [{"delivery_id": d.delivery_id, "job_id": d.job_id} for d in done]
+
+    async def resend(self, jobs: list[tuple[str, list[str]]]) -> None:
+        core = self._c()
+        await self._route([d for job_id, have in jobs for d in core.to_resend(job_id, have)])
+
+    async def _route(self, deliveries: list[Delivery]) -> None:
+        """Hand deliveries to the scheduler in one call; the jobs it says have ended get their
+        queued deliveries marked undelivered (and the scheduler logs that)."""
+        if not deliveries:
+            return
+        now = time.monotonic()
+        for d in deliveries:
+            self._routed[d.delivery_id] = now
+        try:
+            ended = await _scheduler().route.remote([d.wire() for d in deliveries])
+        except (RayActorError, RayTaskError, ValueError):
+            return  # the scheduler is restarting: the reroute loop tries again
+        if ended:
+            gone = self._c().ended(ended)
+            items = [{"delivery_id": d.delivery_id, "job_id": d.job_id} for d in gone]
+            with contextlib.suppress(RayActorError, RayTaskError, ValueError):
+                await _scheduler().undelivered.remote(items)
+
+    async def _reroute(self) -> None:
+        """Route again what stayed queued for :data:`REROUTE_S` (all of it after a restart)."""
+        while True:
+            core = self._c()
+            now = time.monotonic()
+            stale = [
+                d for d in core.waiting() if now - self._routed.get(d.delivery_id, 0.0) >= REROUTE_S
+            ]
+            await self._route(stale)
+            await asyncio.sleep(REROUTE_S / 4)
+
+
+def _scheduler() -> Any:
+    return ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
+
+
+_INBOX_ACTOR = ray.remote(InboxActor)
+
+
+def get_or_create_inbox(journal_dir: str, limits: InboxLimits | None = None) -> Any:
+    """The fleet's inbox actor handle, created detached on first use (on the node of the caller,
+    which is the scheduler's: the head node)."""
+    return _INBOX_ACTOR.options(
+        num_cpus=0,
+        max_concurrency=1000,
+        name=INBOX_NAME,
+        namespace=NAMESPACE,
+        lifetime="detached",
+        get_if_exists=True,
+        max_restarts=-1,
+        max_task_retries=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node_id=ray.get_runtime_context().get_node_id(), soft=False
+        ),
+    ).remote(journal_dir, limits)

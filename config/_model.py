@@ -94,6 +94,12 @@ class LimitsConfig(BaseModel):
     """Clones hosted per Ray actor; ``None`` = chosen from batch size and cluster."""
     max_prompt_chars: int = Field(default=1_000_000, ge=1)
     """Longest accepted task prompt of one batch (top-level or nested), in characters."""
+    max_message_chars: int = Field(default=100_000, ge=1)
+    """Longest message to a running clone (``clonefleet message``, ``message_subagent``)."""
+    max_queued_messages_per_job: int = Field(default=1_000, ge=1)
+    """Messages waiting for one clone to take them."""
+    max_queued_messages: int = Field(default=100_000, ge=1)
+    """Messages waiting fleet-wide."""
     max_restarts: int = Field(default=2, ge=0)
     """How many times a clone whose host died is restarted from its last checkpoint before it
     ends ``failed``."""

@@ -27,6 +27,7 @@ from ..vocab import EventType, JobState, Outcome, StopReason, stop_error
 from ._durable import Durable
 from ._events import EventLog, Pulse
 from ._hosts import HostFactory, HostLike, HostPool, choose_clones_per_actor, node_of
+from ._mail import Mailroom
 from ._nested import spawn_nested
 from ._queries import JobQueries
 from ._state import BatchSubmission, JobRecord, new_batch_id, new_job_id
@@ -89,6 +90,7 @@ class SchedulerCore(JobQueries):
         self._ended = Pulse()
         """Fired once per batch of job endings (not per event)."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self.mail = Mailroom(self, self._spawn_task)
 
     # -- ids and submission --------------------------------------------------------------
     def reserve_ids(self, count: int) -> tuple[str, list[str]]:
@@ -277,6 +279,7 @@ class SchedulerCore(JobQueries):
         self.hosts.started(host, [s.job_id for s in specs])
         for spec in specs:
             self.jobs[spec.job_id].node = node
+        self.mail.started(host, [s.job_id for s in specs], resume)
 
     def _host_lost(self, host: HostLike, job_ids: list[str], detail: str) -> None:
         """A host died with clones it had started: each starts again on a fresh host from its
@@ -327,7 +330,9 @@ class SchedulerCore(JobQueries):
         if kind == EventType.FINAL:
             self._finish(rec, event["result"])
             return
-        if kind == EventType.CHECKPOINT:
+        if kind == EventType.MESSAGE_DELIVERED:
+            self.mail.delivered(job_id, str(event.get("delivery_id")))
+        elif kind == EventType.CHECKPOINT:
             state = event.get("state")
             if isinstance(state, dict):
                 self._checkpoints[job_id] = state
@@ -355,6 +360,7 @@ class SchedulerCore(JobQueries):
         rec.finish(result)
         self.durable.ended(rec)
         self._checkpoints.pop(rec.job_id, None)
+        self.mail.ended(rec.job_id)
         self.hosts.ended(rec.job_id)
         self._ended.fire()
         event = {

@@ -36,6 +36,10 @@ class HostLike(Protocol):
         ...
 
     async def cancel(self, job_ids: Sequence[str]) -> list[str]: ...
+    async def deliver(self, items: Sequence[Mapping[str, Any]]) -> int:
+        """Hand messages (``{delivery_id, job_id, text}``) to clones of this host."""
+        ...
+
     async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]: ...
     async def close(self) -> None: ...
     async def plan(self, planner: Callable[[], tuple[CloneSpec, ...]]) -> tuple[CloneSpec, ...]:
@@ -134,6 +138,10 @@ class HostPool:
     def started(self, host: HostLike, job_ids: Sequence[str]) -> None:
         """The host accepted these jobs: from now on they run (and die) with it."""
         self._started.setdefault(host.host_id, set()).update(job_ids)
+
+    def has_started(self, host: HostLike, job_id: str) -> bool:
+        """Whether the host accepted the job (its clone runs there)."""
+        return job_id in self._started.get(host.host_id, ())
 
     def _add_idle(self, host: HostLike) -> None:
         self.idle.append(host)

@@ -88,6 +88,10 @@ class JobRecord:
     nonconforming: bool = False
     restarts: int = 0
     """How many times the job's clone was started again after its host died."""
+    messages: dict[str, int] = field(
+        default_factory=lambda: {"queued": 0, "delivered": 0, "undelivered": 0}
+    )
+    """Deliveries to the job by state (the inbox holds the deliveries themselves)."""
     concerns: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     created_at: float = field(default_factory=time.time)
@@ -144,6 +148,7 @@ class JobRecord:
             host=self.host_id,
             node=self.node,
             restarts=self.restarts,
+            messages=dict(self.messages),
             created_at=self.created_at,
             started_at=self.started_at,
             ended_at=self.ended_at,

@@ -13,23 +13,25 @@ import gc
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Unpack
+from typing import Any, Unpack, cast
 
 import ray
 from ray import cloudpickle
+from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .. import control as api
-from ..actors import CloneSpec
-from ..actors.remote import CloneHost
+from ..actors import CloneSpec, InboxLimits
+from ..actors.remote import INBOX_NAME, CloneHost, get_or_create_inbox
 from ..cluster import NAMESPACE, SCHEDULER_NAME, state_dir
-from ..config import Config, DurabilityConfig
+from ..config import Config, DurabilityConfig, LimitsConfig
 from ..control import Seconds
-from ..errors import UsageError
+from ..errors import ClusterError, UsageError
 from ..journal import Journal, Replay
 from ..providers import SimScript
 from ._core import SchedulerCore
 from ._durable import Durable, read_table
+from ._mail import check_message
 from ._recovery import housekeeping, restore
 from ._state import BatchSubmission
 
@@ -66,6 +68,9 @@ class RayHost:
     async def cancel(self, job_ids: Sequence[str]) -> list[str]:
         return await self._host.cancel(job_ids)
 
+    async def deliver(self, items: Sequence[Mapping[str, Any]]) -> int:
+        return await self._host.deliver(items)
+
     async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
         return await self._host.drain(wait_s)
 
@@ -88,6 +93,29 @@ class RayHost:
     def kill(self) -> None:
         """End the host actor's process now (its running clones die with it)."""
         self._host.kill()
+
+
+class RayInboxLink:
+    """:class:`~clonefleet.scheduler._mail.InboxLink` over the inbox actor's handle; Ray's
+    errors become :class:`ClusterError`."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    async def _ask(self, call: Callable[[Any], Any]) -> Any:
+        try:
+            return await call(self._handle)
+        except (RayActorError, RayTaskError) as exc:
+            raise ClusterError(f"the inbox is unavailable: {type(exc).__name__}") from None
+
+    async def acked(self, delivery_ids: list[str]) -> None:
+        await self._ask(lambda h: h.acked.remote(delivery_ids))
+
+    async def ended(self, job_ids: list[str]) -> list[dict[str, Any]]:
+        return cast(list[dict[str, Any]], await self._ask(lambda h: h.ended.remote(job_ids)))
+
+    async def resend(self, jobs: list[tuple[str, list[str]]]) -> None:
+        await self._ask(lambda h: h.resend.remote(jobs))
 
 
 class SchedulerActor:
@@ -164,6 +192,8 @@ class SchedulerActor:
             self._refresh_nodes()
             # One warm host per CPU: a batch then starts without waiting for worker processes.
             self._core.warm(self._warm if self._warm is not None else self._core.cpus)
+            with contextlib.suppress(ValueError):  # an inbox from before a restart
+                self._core.mail.link = RayInboxLink(ray.get_actor(INBOX_NAME, namespace=NAMESPACE))
             self._restored = dict(restore(self._core, read_table(replay), cloudpickle.loads))
             self._housekeeping = asyncio.get_running_loop().create_task(housekeeping(self._core))
         return self._core
@@ -202,6 +232,40 @@ class SchedulerActor:
             "warm_hosts_replaced": core.hosts.replaced,
             "jobs": len(core.jobs),
         }
+
+    # -- messaging (the inbox actor calls these) -----------------------------------------
+    async def inbox(self, limits: LimitsConfig | None = None) -> Any:
+        """The inbox actor, created next to this scheduler on first use (its journal beside
+        this one's); ``limits`` (the first caller's) bound its queues."""
+        core = self._c()
+        bounds = limits or LimitsConfig()
+        handle = get_or_create_inbox(
+            f"{self._journal_dir}.inbox",
+            InboxLimits(
+                max_message_chars=bounds.max_message_chars,
+                max_queued_per_job=bounds.max_queued_messages_per_job,
+                max_queued=bounds.max_queued_messages,
+            ),
+        )
+        core.mail.link = RayInboxLink(handle)
+        return handle
+
+    async def check_message(self, job_id: str, text: str, refs: list[str]) -> None:
+        check_message(self._c(), job_id, text, refs)
+
+    async def route(self, items: list[dict[str, Any]]) -> list[str]:
+        core = self._c()
+        if core.mail.link is None:
+            core.mail.link = RayInboxLink(ray.get_actor(INBOX_NAME, namespace=NAMESPACE))
+        return await core.mail.route(items)
+
+    async def undelivered(self, items: list[dict[str, Any]]) -> None:
+        for item in items:
+            self._c().mail.note_undelivered(str(item["job_id"]), str(item["delivery_id"]))
+
+    async def checkpoint_of(self, job_id: str) -> dict[str, Any] | None:
+        """A running job's latest checkpoint as shipped here (for tests and drills)."""
+        return self._c()._checkpoints.get(job_id)
 
     async def kill_idle_hosts(self) -> int:
         """Fault injection: kill every idle warm host's actor (as a crash would); returns how

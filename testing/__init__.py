@@ -159,6 +159,10 @@ class LocalHost:
         self._alive()
         return self.core.cancel(job_ids)
 
+    async def deliver(self, items: Sequence[Any]) -> int:
+        self._alive()
+        return self.core.deliver(items)
+
     async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
         self._alive()
         out = await self.core.drain(wait_s)

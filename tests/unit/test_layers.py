@@ -44,7 +44,7 @@ ALLOWED: dict[str, set[str]] = {
     "config": {"errors", "vocab"},
     "definitions": {"errors", "config", "vocab"},
     "providers": {"errors", "config", "vocab"},
-    "actors": {"errors", "config", "vocab", "control", "providers", "cluster"},
+    "actors": {"errors", "config", "vocab", "control", "providers", "cluster", "journal"},
     "scheduler": _RUNTIME | {"actors", "definitions", "cluster", "journal"},
     "cluster": {"errors", "config", "vocab", "journal"},
     "journal": {"errors"},
