@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ClonefleetError, UsageError
+from .errors import ClonefleetError, ClusterError, UsageError
 from .vocab import EVENT_LEVELS, EventType, succeeded
 
 if TYPE_CHECKING:
@@ -75,6 +75,22 @@ def add_control_parsers(sub: Any) -> None:
     ev.add_argument("--follow", action="store_true", help="keep reading until every job has ended")
     ev.add_argument("--level", choices=tuple(EVENT_LEVELS), default="lifecycle")
     _address_arg(ev)
+
+    msg = sub.add_parser(
+        "message",
+        help="send a message to a running job's clone (taken at its next turn boundary)",
+        description=(
+            "Queue TEXT for job JOB: it enters the clone's context as a user message at its next "
+            "turn boundary. Exits 0 once queued (on disk), 2 for an unknown or finished job, a "
+            "refused @skill: reference or a full queue, 1 when the cluster cannot be reached. "
+            "With --status ID, shows what became of a delivery: queued, delivered or undelivered."
+        ),
+    )
+    msg.add_argument("job", nargs="?", metavar="JOB")
+    msg.add_argument("text", nargs="?", metavar="TEXT")
+    msg.add_argument("--status", metavar="DELIVERY_ID", help="show a delivery's state instead")
+    msg.add_argument("--json", action="store_true")
+    _address_arg(msg)
 
     cl = sub.add_parser("cluster", help="a persistent local Ray cluster on 127.0.0.1")
     csub = cl.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
@@ -381,4 +397,30 @@ def _say_ending(running: int | None, seen: list[int | None], as_json: bool) -> N
         )
 
 
-CONTROL_HANDLERS = {"jobs": cmd_jobs, "events": cmd_events, "cluster": cmd_cluster}
+def cmd_message(args: argparse.Namespace) -> int:
+    if args.status is None and (args.job is None or args.text is None):
+        raise UsageError("give JOB and TEXT, or --status DELIVERY_ID")
+    if args.status is not None and args.job is not None:
+        raise UsageError("--status takes a delivery id alone, without JOB or TEXT")
+    try:
+        fleet = connect(args.address)
+    except UsageError as exc:  # no cluster to reach: exit 1, not a usage error
+        raise ClusterError(str(exc)) from None
+    try:
+        if args.status is not None:
+            out = fleet.delivery(args.status)
+            _print(out, args.json, f"{out['delivery_id']}: {out['status']} (job {out['job_id']})")
+            return EXIT_OK
+        out = fleet.message(args.job, args.text)
+        _print(out, args.json, f"{out['delivery_id']}: {out['status']}")
+        return EXIT_OK
+    finally:
+        fleet.close()
+
+
+CONTROL_HANDLERS = {
+    "jobs": cmd_jobs,
+    "events": cmd_events,
+    "cluster": cmd_cluster,
+    "message": cmd_message,
+}

@@ -17,6 +17,7 @@ __all__ = [
     "CONTROL_TOOLS",
     "EVENT_LEVELS",
     "JOB_TOOLS",
+    "MESSAGE_TOOL",
     "KNOWN_TOOLS",
     "RUN_RECORD_FIELDS",
     "SPAWN_TOOLS",
@@ -61,7 +62,10 @@ JOB_TOOLS: tuple[str, ...] = (
 )
 """The job-control tools of a subagent allowed to spawn (they call the job-control API)."""
 
-SPAWN_TOOLS: tuple[str, ...] = JOB_TOOLS
+MESSAGE_TOOL = "message_subagent"
+"""The tool a subagent allowed to spawn uses to message its own subagents while they run."""
+
+SPAWN_TOOLS: tuple[str, ...] = (*JOB_TOOLS, MESSAGE_TOOL)
 """Tools a subagent gets only with ``allow_subagent_spawn: true``."""
 
 UNDENIABLE_TOOLS: frozenset[str] = frozenset(

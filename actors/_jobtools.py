@@ -1,5 +1,5 @@
 """Job-control tools for subagents that may spawn: ``subagent``, ``job_status``, ``job_result``,
-``job_cancel``, ``job_block`` and ``list_jobs``.
+``job_cancel``, ``job_block``, ``list_jobs`` and ``message_subagent``.
 
 Each tool calls one method of :class:`clonefleet.control.JobControl` (:data:`TOOL_METHODS`), so the
 loop stays free of Ray: a clone host passes an actor-backed implementation, tests pass the
@@ -16,7 +16,7 @@ from typing import Any
 from ..control import JobControl
 from ..errors import ClonefleetError, ToolRetry
 from ..providers import ToolSpec
-from ..vocab import JOB_TOOLS, JobState
+from ..vocab import JOB_TOOLS, MESSAGE_TOOL, JobState
 from ._tools import Tool, ToolContext, ToolFn
 
 __all__ = ["TOOL_METHODS", "job_tools"]
@@ -79,6 +79,14 @@ _SPECS = {
         description="Wait for jobs to finish, or until the time is up; returns their current statuses.",
         parameters=_obj({"job_ids": _IDS, "wait_seconds": _N, "timeout_seconds": _N}, ["job_ids"]),
     ),
+    MESSAGE_TOOL: ToolSpec(
+        name=MESSAGE_TOOL,
+        description=(
+            "Send a message to one of your running subagents (a job you started): it reads it at "
+            "its next turn. Returns a delivery id and its status."
+        ),
+        parameters=_obj({"job_id": _S, "text": _S}, ["job_id", "text"]),
+    ),
     "list_jobs": ToolSpec(
         name="list_jobs",
         description="List jobs (filter by status, batch, definition, parent) with capacity in use and queued.",
@@ -138,6 +146,12 @@ class _Tools:
         wait, timeout = args.get("wait_seconds"), args.get("timeout_seconds")
         return _text(await self.control.job_block(ids, wait, timeout))
 
+    async def message_subagent(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        send = getattr(self.control, "message", None)
+        if send is None:
+            raise ToolRetry("messaging subagents is not available here")
+        return _text(await send(str(args["job_id"]), str(args["text"]), sender=self.job_id))
+
     async def list_jobs(self, args: dict[str, Any], ctx: ToolContext) -> str:
         listing = await self.control.list_jobs(
             status=_opt(args, "status"),
@@ -163,4 +177,4 @@ def job_tools(control: JobControl, job_id: str) -> dict[str, Tool]:
 
         return run
 
-    return {name: Tool(spec=_SPECS[name], run=guarded(name)) for name in JOB_TOOLS}
+    return {name: Tool(spec=_SPECS[name], run=guarded(name)) for name in (*JOB_TOOLS, MESSAGE_TOOL)}

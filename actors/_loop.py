@@ -18,7 +18,15 @@ from typing import Any
 from ..control import JobControl
 from ..errors import AllModelsFailed, ModelError, ToolRetry
 from ..providers import Message, Model, ModelRequest, ModelResponse, Role, ToolCall, ToolSpec, Usage
-from ..vocab import JOB_TOOLS, EventType, JobState, Outcome, StopReason, canonical_tool, stop_error
+from ..vocab import (
+    SPAWN_TOOLS,
+    EventType,
+    JobState,
+    Outcome,
+    StopReason,
+    canonical_tool,
+    stop_error,
+)
 from ._checkpoint import restore, snapshot
 from ._compaction import compact, context_tokens
 from ._control_specs import CONTROL_SPECS
@@ -130,7 +138,7 @@ class Clone:
             return set(self.tools)
         # Job-control tools are never deferred: a spawning subagent always sees them.
         return {n for n in self.spec.undeferred_tools if n in self.tools} | (
-            set(JOB_TOOLS) & set(self.tools)
+            set(SPAWN_TOOLS) & set(self.tools)
         )
 
     def _initial_messages(self) -> list[Message]:

@@ -165,6 +165,20 @@ class SchedulerControl:
         out = await self._ask(lambda s: s.events.remote(target, **query))
         return cast(api.EventPage, out)
 
+    async def message(self, job_id: str, text: str, *, sender: str) -> dict[str, Any]:
+        """The ``message_subagent`` tool: queue ``text`` for ``job_id``, a descendant of the
+        sender's job, through the inbox actor."""
+        inbox = await self._ask(lambda s: s.inbox.remote())
+        try:
+            return cast(dict[str, Any], await inbox.send.remote(job_id, text, sender))
+        except RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ClonefleetError):
+                raise cause from None
+            raise ClusterError(f"the inbox failed: {type(exc).__name__}") from None
+        except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
+            raise ClusterError(f"the inbox is unavailable: {type(exc).__name__}") from None
+
 
 class CloneHost:
     """Facade over one :class:`CloneHostActor`: awaitables in, our errors out."""
@@ -271,14 +285,15 @@ class InboxActor:
         self._c()
         return "ok"
 
-    async def send(self, job_id: str, text: str) -> dict[str, Any]:
+    async def send(self, job_id: str, text: str, sender: str | None = None) -> dict[str, Any]:
         """Queue a message for a job: checked (limits, the job, its ``@skill:`` references),
         recorded on disk, then routed. Our errors (``UnknownJobError``, ``UsageError``) say why
-        nothing was queued."""
+        nothing was queued. A ``sender`` job (the ``message_subagent`` tool) may message only
+        its own descendants."""
         core = self._c()
         core.check(job_id, text)
         try:
-            await _scheduler().check_message.remote(job_id, text, skill_refs(text))
+            await _scheduler().check_message.remote(job_id, text, skill_refs(text), sender)
         except RayTaskError as exc:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, ClonefleetError):

@@ -12,7 +12,8 @@ import asyncio
 import hashlib
 import math
 import random
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -287,7 +288,7 @@ class SimBrain:
         )
         if steps is not None:
             if attempt < len(steps):
-                return steps[attempt]
+                return _with_last_job(steps[attempt], req)
             return SimStep(text="script exhausted")
         return self._default_step(req)
 
@@ -355,3 +356,23 @@ class SimulatedModel:
         if step.error is not None:
             raise ModelHTTPError(step.error, "simulated failure", step.retry_after)
         return step_to_response(step, req, self._calls)
+
+
+LAST_JOB = "$last_job"
+"""A step argument with this value becomes the first job id (``sa_`` + 8 hex) in the latest tool
+result of the conversation: a script can act on a subagent it started (``message_subagent``,
+``job_status``...)."""
+_JOB_ID = re.compile(r"sa_[0-9a-f]{8}")
+
+
+def _with_last_job(step: SimStep, req: ModelRequest) -> SimStep:
+    if LAST_JOB not in step.args.values():
+        return step
+    found = ""
+    for message in reversed(req.messages):
+        if message.role is Role.TOOL:
+            match = _JOB_ID.search(message.content or "")
+            found = match.group(0) if match else ""
+            break
+    args = {k: (found if v == LAST_JOB else v) for k, v in step.args.items()}
+    return replace(step, args=args)

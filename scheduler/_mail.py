@@ -46,9 +46,16 @@ class InboxLink(Protocol):
         ...
 
 
-def check_message(core: SchedulerCore, job_id: str, text: str, refs: Sequence[str]) -> None:
-    """Whether ``text`` may go to ``job_id``: the job exists and has not ended, and every
-    ``@skill:`` reference names a skill its definition lets its model load.
+def check_message(
+    core: SchedulerCore,
+    job_id: str,
+    text: str,
+    refs: Sequence[str],
+    sender: str | None = None,
+) -> None:
+    """Whether ``text`` may go to ``job_id``: the job exists and has not ended, every
+    ``@skill:`` reference names a skill its definition lets its model load, and a ``sender``
+    job (a clone's ``message_subagent``) is one of its ancestors.
 
     Raises:
         UnknownJobError: no such job.
@@ -59,6 +66,8 @@ def check_message(core: SchedulerCore, job_id: str, text: str, refs: Sequence[st
         raise UnknownJobError(job_id)
     if rec.is_terminal:
         raise UsageError(f"job {job_id} has already ended ({rec.state}); it takes no messages")
+    if sender is not None and not _descends(core, job_id, sender):
+        raise UsageError(f"job {job_id} is not a subagent of {sender}; a clone messages its own")
     spec = core._specs.get(job_id)
     allowed = {name for name, _, _ in spec.available_skills} if spec is not None else set()
     for name in refs:
@@ -68,6 +77,17 @@ def check_message(core: SchedulerCore, job_id: str, text: str, refs: Sequence[st
                 f"{_SKILL_REF_CHARS}{name} is not a skill job {job_id} may load (its definition's"
                 f" skill policy allows: {known}); the message was not queued"
             )
+
+
+def _descends(core: SchedulerCore, job_id: str, ancestor: str) -> bool:
+    rec = core.jobs.get(job_id)
+    for _ in range(64):  # nesting is bounded by limits.max_depth; so is this walk
+        if rec is None or rec.parent is None:
+            return False
+        if rec.parent == ancestor:
+            return True
+        rec = core.jobs.get(rec.parent)
+    return False
 
 
 class Mailroom:

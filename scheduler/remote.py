@@ -250,8 +250,10 @@ class SchedulerActor:
         core.mail.link = RayInboxLink(handle)
         return handle
 
-    async def check_message(self, job_id: str, text: str, refs: list[str]) -> None:
-        check_message(self._c(), job_id, text, refs)
+    async def check_message(
+        self, job_id: str, text: str, refs: list[str], sender: str | None = None
+    ) -> None:
+        check_message(self._c(), job_id, text, refs, sender)
 
     async def route(self, items: list[dict[str, Any]]) -> list[str]:
         core = self._c()

@@ -167,3 +167,50 @@ def test_a_host_killed_after_delivery_the_resumed_clone_sees_it_once(fleet, tmp_
     assert user_texts(fleet, job).count("only once") == 1
     assert fleet.delivery(sent["delivery_id"])["status"] == "delivered"
     fleet.job_cancel(job)
+
+
+LEAD = """---
+name: steer-lead
+description: Starts a helper in the background and steers it.
+clonefleet:
+  allow_subagent_spawn: true
+---
+Coordinate: {{ prompt }}
+"""
+
+
+def test_a_parent_clone_steers_its_background_child_with_message_subagent(ray_cluster, tmp_path):
+    from clonefleet import Fleet
+
+    agents = tmp_path / ".clonefleet" / "subagents"
+    agents.mkdir(parents=True)
+    (agents / "steer-lead.md").write_text(LEAD)
+    spawn = {"description": "help", "prompt": "assist", "subagent_type": "general-purpose"}
+    script = {
+        "agents": {
+            "steer-lead": {
+                "default": [
+                    {"tool": "subagent", "args": {**spawn, "background": True}},
+                    {"tool": "message_subagent", "args": {"job_id": "$last_job", "text": "focus"}},
+                    {"tool": "progress_update", "args": {"summary": "wait"}, "latency_ms": 1500},
+                    {"tool": "exit_tool", "args": {"success": True, "summary": "steered"}},
+                ]
+            },
+            "general-purpose": {"default": turns(12, 150)},
+        }
+    }
+    (tmp_path / "steer.json").write_text(json.dumps(script))
+    fleet = Fleet(cwd=tmp_path)
+    batch = fleet.spawn("steer-lead", "task", count=1, sim_script=str(tmp_path / "steer.json"))
+    lead = batch.job_ids[0]
+    assert fleet.job_block([lead], timeout_seconds=60)["done"]
+    assert fleet.job_result(lead)["status"] == "completed"
+    child = fleet.list_jobs(parent=lead)["jobs"][0]["job_id"]
+    until(lambda: fleet.job_status(child)["messages"]["delivered"] == 1)
+    ends = [
+        e["event"]
+        for e in fleet.events(lead, level="tools")["events"]
+        if e["event"]["type"] == "tool_call_end" and e["event"]["tool"] == "message_subagent"
+    ]
+    assert ends and not ends[0]["is_error"]
+    fleet.job_cancel(child)
