@@ -89,7 +89,6 @@ def add_control_parsers(sub: Any) -> None:
     msg.add_argument("job", nargs="?", metavar="JOB")
     msg.add_argument("text", nargs="?", metavar="TEXT")
     msg.add_argument("--status", metavar="DELIVERY_ID", help="show a delivery's state instead")
-    msg.add_argument("--json", action="store_true")
     _address_arg(msg)
 
     cl = sub.add_parser("cluster", help="a persistent local Ray cluster on 127.0.0.1")

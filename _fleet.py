@@ -233,7 +233,7 @@ class Fleet:
         # the head node (unless the config names one).
         folder = (
             journal_folder(durability.journal_dir, embedded=True, base=state_dir())
-            if self._session.embedded
+            if self._session.embedded and durability.enabled
             else durability.journal_dir
         )
         self._sched = get_or_create_scheduler(cap, journal_dir=folder, durability=durability)

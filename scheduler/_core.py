@@ -123,8 +123,8 @@ class SchedulerCore(JobQueries):
         self._add_batch(sub)
         for spec in sub.specs:
             self._add_job(spec)
-        self.durable.batch(sub.batch_id, [self.jobs[s.job_id] for s in sub.specs], sub, blob)
         try:
+            self.durable.batch(sub.batch_id, [self.jobs[s.job_id] for s in sub.specs], sub, blob)
             await self.durable.commit()
         except BaseException:
             self._drop_batch(sub.batch_id)

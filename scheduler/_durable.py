@@ -2,10 +2,10 @@
 
 The scheduler appends one record per fact (docs/durability.md):
 
-- ``batch``: a submitted batch: its id, time, one plain row per job (what ``jobs list`` shows),
-  and the pickled submission (specs, config, definitions) that lets a restarted scheduler start
-  its unfinished jobs again; the batch's job ids are returned to the caller only after this
-  record is on disk;
+- ``batch``: a submitted batch: its id, time and one plain row per job (what ``jobs list``
+  shows), preceded by ``part`` records holding its pickled submission (specs, config,
+  definitions; 16 MiB a record) that lets a restarted scheduler start its unfinished jobs
+  again; the batch's job ids are returned to the caller only after these are on disk;
 - ``run``: a job started running (its host);
 - ``ckpt``: a clone's latest checkpoint (after a turn);
 - ``restart``: a job whose host died was started again;
@@ -70,6 +70,8 @@ class Table:
     blobs: dict[str, bytes] = field(default_factory=dict)
     """Pickled submission of each batch that has unfinished jobs."""
     checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    parts: dict[str, dict[int, bytes]] = field(default_factory=dict)
+    """Pieces of submissions whose batch record has not been read yet."""
     damage: list[str] = field(default_factory=list)
     """Damaged spots of the journal, one sentence each."""
     skipped: int = 0
@@ -104,8 +106,20 @@ def _fold_batch(table: Table, rec: dict[str, Any]) -> bool:
         table.jobs.setdefault(job.job_id, job)
         ids.append(job.job_id)
     table.batches[batch_id] = ids
-    if isinstance(rec.get("blob"), bytes):
+    pieces = table.parts.pop(batch_id, {})
+    count = rec.get("parts")
+    if isinstance(count, int) and count > 0 and sorted(pieces) == list(range(count)):
+        table.blobs[batch_id] = b"".join(pieces[i] for i in range(count))
+    elif isinstance(rec.get("blob"), bytes):
         table.blobs[batch_id] = rec["blob"]
+    return True
+
+
+def _fold_part(table: Table, rec: dict[str, Any]) -> bool:
+    batch_id, index, data = rec.get("b"), rec.get("i"), rec.get("data")
+    if not isinstance(batch_id, str) or not isinstance(index, int) or not isinstance(data, bytes):
+        return False
+    table.parts.setdefault(batch_id, {})[index] = data
     return True
 
 
@@ -179,6 +193,7 @@ def _fold_json(table: Table, rec: dict[str, Any]) -> bool:
 
 
 _FOLD: dict[str, Callable[[Table, dict[str, Any]], bool]] = {
+    "part": _fold_part,
     "batch": _fold_batch,
     "run": _fold_run,
     "ckpt": _fold_ckpt,
@@ -213,6 +228,10 @@ class Durable:
         self.failures: list[str] = []
         """Records that could not be kept (at most the last 20), one sentence each."""
 
+    def note_failure(self, sentence: str) -> None:
+        """Keep one sentence about something that could not be kept (the last 20)."""
+        self.failures = [*self.failures[-19:], sentence]
+
     def _append(self, record: dict[str, Any]) -> None:
         if self.journal is None:
             return
@@ -243,19 +262,17 @@ class Durable:
     def batch(
         self, batch_id: str, rows: list[JobRecord], submission: Any, blob: bytes | None = None
     ) -> None:
+        """Record a new batch (its rows and its pickled submission, in parts when large).
+
+        Raises:
+            JournalError: the batch cannot be recorded (the caller then refuses it).
+        """
         if self.journal is None:
             return
         if blob is None:
             blob = self.dumps_or_none(submission)
-        record = {
-            "k": "batch",
-            "b": batch_id,
-            "at": time.time(),
-            "jobs": [job_row(r) for r in rows],
-        }
-        if blob is not None:
-            record["blob"] = blob
-        self._append(record)
+        for record in batch_records(batch_id, rows, blob):
+            self.journal.append(record | {"at": time.time()})
 
     def running(self, rec: JobRecord) -> None:
         self._append({"k": "run", "j": rec.job_id, "h": rec.host_id, "at": rec.started_at})
@@ -298,13 +315,23 @@ class Durable:
         """The live state as records, for :meth:`Journal.compact`."""
         for batch_id, ids in table.batches.items():
             rows = [table.jobs[j] for j in ids if j in table.jobs]
-            record: dict[str, Any] = {
-                "k": "batch",
-                "b": batch_id,
-                "jobs": [job_row(r) for r in rows],
-            }
-            if batch_id in blobs and any(not r.is_terminal for r in rows):
-                record["blob"] = blobs[batch_id]
-            yield record
+            live = batch_id in blobs and any(not r.is_terminal for r in rows)
+            yield from batch_records(batch_id, rows, blobs[batch_id] if live else None)
         for job_id, state in table.checkpoints.items():
             yield {"k": "ckpt", "j": job_id, "s": state}
+
+
+BLOB_PART = 16 * 1024 * 1024
+"""Largest piece of a pickled submission in one record (records stay under their limit)."""
+
+
+def batch_records(
+    batch_id: str, rows: list[JobRecord], blob: bytes | None
+) -> Iterator[dict[str, Any]]:
+    """A batch as records: its submission's parts (``part``), then the batch itself."""
+    parts = 0
+    if blob is not None:
+        for at in range(0, len(blob), BLOB_PART):
+            yield {"k": "part", "b": batch_id, "i": parts, "data": blob[at : at + BLOB_PART]}
+            parts += 1
+    yield {"k": "batch", "b": batch_id, "jobs": [job_row(r) for r in rows], "parts": parts}

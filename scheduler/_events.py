@@ -106,6 +106,11 @@ class EventLog:
             self._trim()
         self._pulse.fire()
 
+    @property
+    def next_seq(self) -> int:
+        """The number the next event gets."""
+        return self._base + len(self._log)
+
     def continue_at(self, seq: int) -> None:
         """Number the next event ``seq`` (after events a previous log spilled); only while
         empty."""

@@ -9,6 +9,7 @@ resumes them.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import time
@@ -39,9 +40,25 @@ def journal_folder(configured: str | None, *, embedded: bool, base: Path) -> str
     runs.mkdir(mode=0o700, parents=True, exist_ok=True)
     old = sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink())
     for stale in old[: max(len(old) - KEEP_RUNS + 1, 0)]:
-        shutil.rmtree(stale, ignore_errors=True)
+        if not _in_use(stale / "journal"):  # a run still going holds its journal's lock
+            shutil.rmtree(stale, ignore_errors=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     return str(runs / f"{stamp}-{os.getpid()}" / "journal")
+
+
+def _in_use(folder: Path) -> bool:
+    """Whether a journal writer holds ``folder`` (its advisory lock)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 class JournalView:

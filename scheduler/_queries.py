@@ -13,6 +13,7 @@ from typing import Unpack
 from .. import control as api
 from ..control import Seconds
 from ..errors import UnknownJobError, UsageError
+from ._durable import Durable
 from ._events import EventLog, Pulse
 from ._state import TERMINAL, JobRecord
 
@@ -29,6 +30,7 @@ class JobQueries:
     _batches: dict[str, list[str]]
     _log: EventLog
     _ended: Pulse
+    durable: Durable
 
     def capacity(self) -> api.Capacity:
         raise NotImplementedError
@@ -57,6 +59,7 @@ class JobQueries:
             raise UsageError(
                 f"job {job_id} is still {rec.state}; wait for it (`job_block`) or poll `job_status`"
             )
+        await self.durable.commit()  # a result is read only once it is on disk: recorded once
         return rec.run_record()
 
     async def job_block(
@@ -66,7 +69,10 @@ class JobQueries:
         limits = [x for x in (wait_seconds, timeout_seconds) if x is not None]
         await self._until_terminal(ids, min(limits, default=LONGEST_WAIT_S))
         statuses = [self.jobs[j].status() for j in ids]
-        return {"done": all(s["status"] in TERMINAL for s in statuses), "jobs": statuses}
+        done = all(s["status"] in TERMINAL for s in statuses)
+        if done:
+            await self.durable.commit()  # what the caller learns has ended stays ended
+        return {"done": done, "jobs": statuses}
 
     async def _until_terminal(self, ids: Sequence[str], limit_s: float) -> list[str]:
         """Wait until none of ``ids`` is pending or ``limit_s`` passed; returns those pending.

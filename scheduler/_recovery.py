@@ -39,7 +39,8 @@ def restore(
     """Load a journal's table into an empty core and queue its unfinished jobs again."""
     report = RestoreReport(finished=0, resumed=0, lost=0)
     core.journal_damage = list(table.damage)
-    core._log.continue_at(table.events_next)
+    # Numbers the old log handed out live past what it spilled by at most its memory's size.
+    core._log.continue_at(table.events_next + core._log.max_events if table.events_next else 0)
     for batch_id, ids in table.batches.items():
         recs = [table.jobs[j] for j in ids if j in table.jobs]
         core._batches[batch_id] = [r.job_id for r in recs]
@@ -94,14 +95,20 @@ def _requeue(
         was_running = rec.state is JobState.RUNNING
         rec.state, rec.host_id, rec.node = JobState.RESERVED, None, None
         if spec is None or (was_running and rec.restarts >= limit):
-            why = "no spec" if spec is None else f"restarted {rec.restarts} time(s)"
-            _lose(core, rec, f"{why}, limits.max_restarts is {limit}")
+            why = (
+                "its spec is missing from the journal"
+                if spec is None
+                else f"restarted {rec.restarts} time(s), limits.max_restarts is {limit}"
+            )
+            _lose(core, rec, why)
             continue
-        if was_running:
-            rec.restarts += 1
-            core.durable.restarted(rec)
         core._specs[rec.job_id] = spec
         core._queues[sub.batch_id].append(rec.job_id)
+        resumed += 1
+        if not was_running:
+            continue  # it had not started: it simply starts now
+        rec.restarts += 1
+        core.durable.restarted(rec)
         if rec.job_id in checkpoints:
             core._checkpoints[rec.job_id] = checkpoints[rec.job_id]
         turn = int(checkpoints.get(rec.job_id, {}).get("turns", 0) or 0)
@@ -109,7 +116,6 @@ def _requeue(
         event = {"type": str(EventType.RESTARTED), "ts": time.time(), "attempt": rec.restarts}
         event.update(resumed_turn=turn, detail="the scheduler restarted; resumed from the journal")
         core._log.record(rec.job_id, event)
-        resumed += 1
     return resumed
 
 
@@ -122,8 +128,11 @@ async def housekeeping(core: SchedulerCore, every_s: float = 5.0) -> None:
     """Evict expired finished batches and compact the journal, every ``every_s`` seconds."""
     while True:
         await asyncio.sleep(every_s)
-        evict_expired(core, time.time())
-        await compact_if_due(core)
+        try:
+            evict_expired(core, time.time())
+            await compact_if_due(core)
+        except Exception as exc:  # noted (health) and tried again at the next round
+            core.durable.note_failure(f"housekeeping: {type(exc).__name__}: {exc}")
 
 
 def evict_expired(core: SchedulerCore, now: float) -> list[str]:
@@ -165,5 +174,7 @@ async def compact_if_due(core: SchedulerCore) -> bool:
             blob = core.durable.dumps_or_none(replace(meta, specs=live))
             if blob is not None:
                 blobs[batch_id] = blob
-    await journal.compact(list(core.durable.snapshot(table, blobs)))
+    records = list(core.durable.snapshot(table, blobs))
+    records.append({"k": "events", "from": core._log.next_seq, "ev": []})  # numbering goes on
+    await journal.compact(records)
     return True

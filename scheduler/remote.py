@@ -13,6 +13,7 @@ import gc
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Unpack, cast
 
 import ray
@@ -138,9 +139,8 @@ class SchedulerActor:
         self._max_concurrency = max_concurrency
         self._warm = warm_hosts
         self._durability = durability or DurabilityConfig()
-        self._journal_dir = (
-            journal_dir or self._durability.journal_dir or str(state_dir() / "journal")
-        )
+        chosen = journal_dir or self._durability.journal_dir
+        self._journal_dir = str(Path(chosen).expanduser() if chosen else state_dir() / "journal")
         self._core: SchedulerCore | None = None
         self._restored: dict[str, int] = {}
         self._housekeeping: asyncio.Task[None] | None = None

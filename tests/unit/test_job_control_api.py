@@ -42,8 +42,8 @@ EXTRAS: dict[type, set[str]] = {
         "undelivered",
         "checkpoint_of",
     },
-    SchedulerControl: set(),
-    Fleet: {"spawn", "submit", "wait_ready", "follow", "close"},
+    SchedulerControl: {"message"},
+    Fleet: {"spawn", "submit", "wait_ready", "follow", "close", "message", "delivery"},
 }
 """The public methods each forwarder has besides the protocol's: a job-control method added
 outside the protocol fails here."""

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from clonefleet.config import Config
-from clonefleet.journal import Journal
+from clonefleet.journal import Journal, read_journal
 from clonefleet.providers import SimScript
 from clonefleet.scheduler import BatchSubmission, SchedulerCore
 from clonefleet.scheduler._durable import Durable, read_table
@@ -133,10 +133,9 @@ async def test_the_ids_come_back_only_once_the_batch_is_on_disk(tmp_path):
     core = SchedulerCore(Hosts(), durable=Durable(journal))
     out = await core.submit(submission(core, 2))
     assert journal.committed_before_return
-    from clonefleet.journal import read_journal
 
     kinds = [r["k"] for r in read_journal(tmp_path / "j").records]
-    assert kinds[0] == "batch"
+    assert kinds[:2] == ["part", "batch"]  # the pickled submission, then the batch
     await core.job_block(out["job_ids"], timeout_seconds=10)
     await core.aclose()
     await journal.aclose()
@@ -169,5 +168,26 @@ async def test_two_unfinished_batches_are_both_placed_before_either_starts(tmp_p
     assert all(core2.jobs[j].state is JobState.RUNNING for j in ids)
     await core2.cancel_many(ids)
     assert (await core2.job_block(ids, timeout_seconds=10))["done"]
+    await core2.aclose()
+    await journal2.aclose()
+
+
+async def test_a_large_submission_is_kept_in_parts_and_read_back_whole(tmp_path, monkeypatch):
+    from clonefleet.scheduler import _durable
+
+    monkeypatch.setattr(_durable, "BLOB_PART", 512)  # a few hundred bytes a part
+    hosts = Hosts()
+    core, journal, _ = open_core(tmp_path / "j", hosts)
+    out = await core.submit(submission(core, 3, HANG))
+    await journal.commit()
+    kinds = [
+        r["k"]
+        for r in __import__("clonefleet.journal").journal.read_journal(tmp_path / "j").records
+    ]
+    assert kinds.count("part") > 2
+    crash(core, journal, hosts)
+    core2, journal2, table = open_core(tmp_path / "j", Hosts())
+    assert dict(restore(core2, table)) == {"finished": 0, "resumed": 3, "lost": 0}
+    await core2.cancel_many(out["job_ids"])
     await core2.aclose()
     await journal2.aclose()
