@@ -29,7 +29,7 @@ def test_results_outlive_the_cluster_and_unfinished_jobs_resume_after_up(cli):
     run, work = cli
     assert run("cluster", "up", "--json").returncode == 0
     slow = [{"tool": "progress_update", "args": {"summary": "s"}, "latency_ms": 400}]
-    (work / "mixed.yaml").write_text(json.dumps({"clones": {"2": slow * 12, "3": slow * 12}}))
+    (work / "mixed.yaml").write_text(json.dumps({"clones": {"2": slow * 40, "3": slow * 40}}))
     started = run(
         "run",
         "general-purpose",
@@ -66,6 +66,16 @@ def test_results_outlive_the_cluster_and_unfinished_jobs_resume_after_up(cli):
     assert unfinished.returncode == 2 and "cluster up" in unfinished.stderr
 
     assert run("cluster", "up", "--json").returncode == 0
+    # Messages through the CLI: queued (0), unknown or finished jobs refused (2).
+    sent = run("message", slow_ids[0], "keep going", "--json")
+    assert sent.returncode == 0, sent.stderr
+    delivery = json.loads(sent.stdout)
+    assert delivery["status"] == "queued"
+    assert run("message", "sa_00000000", "anyone?").returncode == 2
+    finished = run("message", quick[0], "too late")
+    assert finished.returncode == 2 and "ended" in finished.stderr
+    status = run("message", "--status", delivery["delivery_id"], "--json")
+    assert json.loads(status.stdout)["job_id"] == slow_ids[0]
     waited = run("jobs", "wait", batch["batch_id"], "--timeout", "120")
     assert waited.returncode == 0, waited.stdout + waited.stderr
     after = {j["job_id"]: j for j in json.loads(run("jobs", "list", "--json").stdout)["jobs"]}
@@ -73,3 +83,12 @@ def test_results_outlive_the_cluster_and_unfinished_jobs_resume_after_up(cli):
     assert {after[j]["restarts"] for j in slow_ids} == {1}
     assert all(after[j]["detail"] is None or "resumed" in after[j]["detail"] for j in slow_ids)
     assert {j: json.loads(run("jobs", "result", j, "--json").stdout) for j in quick} == results
+    assert json.loads(run("message", "--status", delivery["delivery_id"], "--json").stdout)[
+        "status"
+    ] in ("delivered", "undelivered")
+
+
+def test_message_without_a_cluster_exits_1_naming_cluster_up(cli):
+    run, _ = cli
+    out = run("message", "sa_12345678", "hello")
+    assert out.returncode == 1 and "clonefleet cluster up" in out.stderr
