@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import sys
 import tempfile
@@ -74,10 +73,11 @@ def _makespan(jobs: list[dict[str, Any]]) -> float | None:
     return rounded(max(ended) - min(j["created_at"] for j in jobs)) if ended else None
 
 
-def _resumed_turns(jobs: list[dict[str, Any]]) -> dict[str, int]:
-    """How many restarted jobs resumed from each turn (their ``detail`` says)."""
-    found = (re.search(r"from turn (\d+)", j.get("detail") or "") for j in jobs if j["restarts"])
-    return tally(f"turn {m.group(1)}" if m else "?" for m in found)
+def _resumed_turns(cli: Cli, batch_id: str, d: Deadline) -> dict[str, int]:
+    """How many jobs resumed from each turn: the ``restarted`` events of the batch."""
+    ran = cli("events", batch_id, "--json", timeout=d.cap(90))
+    events = [line["event"] for line in ran.json_lines()]
+    return tally(f"turn {e.get('resumed_turn')}" for e in events if e["type"] == "restarted")
 
 
 def _baseline(cli: Cli, count: int, d: Deadline) -> float | None:
@@ -107,6 +107,28 @@ def _offline(cli: Cli, batch: dict[str, Any], before: list[dict], d: Deadline) -
     }
 
 
+def _after_up(
+    cli: Cli, batch: dict[str, Any], t_down: float, d: Deadline
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``cluster up`` again; the first command after it (it creates the scheduler, which
+    replays the journal and resumes the unfinished jobs); then the wait for the batch."""
+    up = _up(cli, d)
+    t_up = time.time()
+    first = _listing(cli, batch["batch_id"], d)[0]
+    wait = ("jobs", "wait", batch["batch_id"], "--timeout", str(int(d.cap(150))))
+    waited = cli(*wait, timeout=d.cap(180))
+    jobs = _listing(cli, batch["batch_id"], d)[1]
+    ended = max((j["ended_at"] for j in jobs if j.get("ended_at")), default=None)
+    return jobs, {
+        "up_again_s": up.wall_s,
+        "first_command_after_up_s": first.wall_s,
+        "wait_rc": waited.rc,
+        "resumed_from": _resumed_turns(cli, batch["batch_id"], d),
+        "done_after_up_s": rounded(ended - t_up) if ended else None,
+        "down_to_done_s": rounded(ended - t_down) if ended else None,
+    }
+
+
 def cluster_down(tmp: Path, d: Deadline, running: int = 50) -> dict[str, Any]:
     """Fault 4: ``cluster down`` with ``running`` clones running, offline reads, ``cluster up``."""
     cli = Cli(tmp)
@@ -123,12 +145,7 @@ def cluster_down(tmp: Path, d: Deadline, running: int = 50) -> dict[str, Any]:
         down = cli("cluster", "down", "--json", timeout=d.cap(90))
         row["down"] = {"wall_s": down.wall_s, "rc": down.rc, "says": down.json_lines()}
         row["offline"] = _offline(cli, batch, before, d)
-        up = _up(cli, d)
-        t_up = time.time()
-        waited = cli(
-            "jobs", "wait", batch["batch_id"], "--timeout", str(int(d.cap(150))), timeout=d.cap(180)
-        )
-        jobs = _listing(cli, batch["batch_id"], d)[1]
+        jobs, after = _after_up(cli, batch, t_down, d)
         row.update(
             jobs=len(jobs),
             done=all(j["ended_at"] for j in jobs) and len(jobs) == count,
@@ -137,14 +154,10 @@ def cluster_down(tmp: Path, d: Deadline, running: int = 50) -> dict[str, Any]:
             makespan_s=_makespan(jobs),
             baseline_makespan_s=base,
         )
-        ended = max((j["ended_at"] for j in jobs if j.get("ended_at")), default=None)
         row["recovery"] = {
             "down_s": down.wall_s,
             "offline_list_s": row["offline"]["list_s"],
-            "up_again_s": up.wall_s,
-            "wait_rc": waited.rc,
-            "done_after_up_s": rounded(ended - t_up) if ended else None,
-            "down_to_done_s": rounded(ended - t_down) if ended else None,
+            **after,
         }
     finally:
         cli("cluster", "down", timeout=90)

@@ -35,7 +35,9 @@ _RECOVERY = {
         ("down_s", "down {} s"),
         ("offline_list_s", "offline list {} s"),
         ("up_again_s", "up {} s"),
+        ("first_command_after_up_s", "first command after up {} s"),
         ("done_after_up_s", "done {} s after up"),
+        ("resumed_from", "resumed from {}"),
     ),
     5: (
         ("wait_answering_s", "wait --timeout 5: {} s answering"),

@@ -22,7 +22,7 @@ Every command runs with ``CLONEFLEET_STATE_DIR`` in a temporary folder, on 127.0
 restores what it changed (SIGCONT, ``cluster down``) whatever happens; every wait is bounded by
 ``--time-limit-s`` overall. Progress goes to stderr; the table to stdout; JSON to ``--out``.
 
-    python benchmarks/faults.py [--faults 1,2,3,4,5,6] [--repeat 1] [--count 50] [--turns 4]
+    python benchmarks/faults.py [--faults 1,2,3,4,5,6,7] [--repeat 1] [--count 50] [--turns 4]
                                 [--turn-ms 300] [--checkpoint-s 1.0] [--time-limit-s 900]
                                 [--out benchmarks/results/faults.json]
 """
@@ -58,7 +58,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    p.add_argument("--faults", default="1,2,3,4,5,6", help="comma-separated fault numbers")
+    p.add_argument("--faults", default="1,2,3,4,5,6,7", help="comma-separated fault numbers")
     p.add_argument("--repeat", type=int, default=1, help="times each fault is injected")
     p.add_argument("--count", type=int, default=50, help="clones per batch (faults 1-3)")
     p.add_argument("--turns", type=int, default=4, help="model turns per clone (faults 1-3)")
