@@ -344,6 +344,7 @@ def cmd_cluster(args: argparse.Namespace) -> int:
             flush=True,
         )
         state = cluster_up(nodes=args.nodes, cpus_per_node=args.cpus_per_node, port=args.port)
+        _resume_unfinished(args.json)
         _print(
             state,
             args.json,
@@ -371,6 +372,21 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         f"running at {found['address']} with {found['nodes']} node(s), pid {found['pid']}",
     )
     return EXIT_OK
+
+
+def _resume_unfinished(as_json: bool) -> None:
+    """Start the scheduler at once when the journal holds jobs that had not ended, so they
+    resume now rather than at the next command."""
+    waiting = _unfinished_jobs(None)
+    if not waiting:
+        return
+    if not as_json:
+        print(
+            f"clonefleet: resuming {waiting} unfinished job(s) from the journal",
+            file=sys.stderr,
+            flush=True,
+        )
+    connect("auto").close()
 
 
 def _unfinished_jobs(known: int | None) -> int | None:
