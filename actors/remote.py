@@ -250,6 +250,8 @@ class CloneHost:
 
 INBOX_NAME = "inbox"
 """The inbox actor's name in :data:`~clonefleet.cluster.NAMESPACE`."""
+ROUTE_GATHER_S = 0.01
+"""Messages sent within this long are routed together, in one call to the scheduler."""
 REROUTE_S = 2.0
 """A delivery still queued this long after it was last routed is routed again (its clone may
 have moved, or the inbox restarted); clones skip what they already took."""
@@ -265,6 +267,7 @@ class InboxActor:
         self._core: InboxCore | None = None
         self._journal: Journal | None = None
         self._routed: dict[str, float] = {}
+        self._outbox: list[Delivery] = []
         self._loop_task: asyncio.Task[None] | None = None
         self.damage: list[str] = []
         with contextlib.suppress(Exception):  # restarted: rebuild and route without a caller
@@ -302,8 +305,15 @@ class InboxActor:
         delivery = core.accept(job_id, text)
         assert self._journal is not None
         await self._journal.commit()
-        asyncio.get_running_loop().create_task(self._route([delivery]))
+        self._outbox.append(delivery)
+        if len(self._outbox) == 1:  # the first of a group: route the group shortly, in one call
+            asyncio.get_running_loop().create_task(self._route_outbox())
         return {"delivery_id": delivery.delivery_id, "status": delivery.state}
+
+    async def _route_outbox(self) -> None:
+        await asyncio.sleep(ROUTE_GATHER_S)
+        group, self._outbox = self._outbox, []
+        await self._route(group)
 
     async def delivery(self, delivery_id: str) -> dict[str, Any]:
         return self._c().get(delivery_id).view()
