@@ -123,10 +123,11 @@ class Mailroom:
             item["text"] = str(raw["text"])
             job_id = item["job_id"]
             rec = core.jobs.get(job_id)
+            if rec is not None:
+                self._note(job_id, item["delivery_id"], "queued")  # even if it ended just now
             if rec is None or rec.is_terminal:
                 ended.append(job_id)
                 continue
-            self._note(job_id, item["delivery_id"], "queued")
             host = core.hosts.host_of(job_id)
             if host is not None and core.hosts.has_started(host, job_id):
                 per_host.setdefault(host.host_id, (host, []))[1].append(item)
