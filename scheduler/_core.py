@@ -273,8 +273,8 @@ class SchedulerCore(JobQueries):
                     self.jobs[job_id].host_id = fresh.host_id
                 await self._start_on(fresh, specs, meta, tries - 1)
                 return
-            for job_id in ids:
-                self._crash(job_id, f"clone host {host.host_id} unavailable: {exc}")
+            # Hosts keep dying under these jobs: each counts a restart, up to its limit.
+            self._host_lost(host, ids, f"clone host {host.host_id} unavailable: {exc}")
             return
         self.hosts.started(host, [s.job_id for s in specs])
         for spec in specs:

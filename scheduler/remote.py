@@ -24,7 +24,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from .. import control as api
 from ..actors import CloneSpec, InboxLimits
 from ..actors.remote import INBOX_NAME, CloneHost, get_or_create_inbox
-from ..cluster import NAMESPACE, SCHEDULER_NAME, state_dir
+from ..cluster import NAMESPACE, SCHEDULER_NAME, read_state, state_dir
 from ..config import Config, DurabilityConfig, LimitsConfig
 from ..control import Seconds
 from ..errors import ClusterError, UsageError
@@ -140,7 +140,7 @@ class SchedulerActor:
         self._warm = warm_hosts
         self._durability = durability or DurabilityConfig()
         chosen = journal_dir or self._durability.journal_dir
-        self._journal_dir = str(Path(chosen).expanduser() if chosen else state_dir() / "journal")
+        self._journal_dir = str(Path(chosen).expanduser() if chosen else _cluster_journal())
         self._core: SchedulerCore | None = None
         self._restored: dict[str, int] = {}
         self._housekeeping: asyncio.Task[None] | None = None
@@ -347,6 +347,18 @@ def get_or_create_scheduler(
         max_task_retries=0,
         scheduling_strategy=_head_node(),
     ).remote(max_concurrency, warm_hosts, journal_dir, durability)
+
+
+def _cluster_journal() -> Path:
+    """The journal folder of this cluster on the head node: ``journal/`` in the state folder for
+    the cluster ``clonefleet cluster up`` recorded (so ``jobs`` reads it when that cluster is
+    down, and the next one resumes it), ``journals/<GCS address>/`` for any other cluster, so
+    two clusters on one machine never share one."""
+    gcs = str(ray.get_runtime_context().gcs_address)
+    recorded = read_state()
+    if recorded is not None and recorded.get("address") == gcs:
+        return state_dir() / "journal"
+    return state_dir() / "journals" / gcs.replace(":", "-").replace("/", "-")
 
 
 def _head_node() -> Any:

@@ -236,7 +236,9 @@ def test_cluster_down_ends_a_busy_cluster_within_five_seconds(tmp_path):
         before = _local.session_pids(up.daemon_pid)
         down, took = up.run("cluster", "down", "--json")
         assert down.returncode == 0, down.stderr
-        assert json.loads(down.stdout) == {"stopped": True, "running_jobs_ended": None}
+        stopped = json.loads(down.stdout)
+        assert stopped["stopped"] is True
+        assert stopped["running_jobs_ended"] == 4  # none of the 4 had ended (read from the journal)
         assert took < 5.0
         assert len(before) > 5 and _local.session_pids(up.daemon_pid) == []
         assert not (tmp_path / "state" / "cluster.json").exists()
