@@ -74,6 +74,13 @@ def add_control_parsers(sub: Any) -> None:
     ev.add_argument("target", metavar="BATCH|JOB")
     ev.add_argument("--follow", action="store_true", help="keep reading until every job has ended")
     ev.add_argument("--level", choices=tuple(EVENT_LEVELS), default="lifecycle")
+    ev.add_argument(
+        "--cursor",
+        type=int,
+        default=0,
+        help="start after this event number (each envelope's `seq`); older events the "
+        "scheduler spilled to its journal are read from there",
+    )
     _address_arg(ev)
 
     msg = sub.add_parser(
@@ -322,10 +329,12 @@ def describe(env: dict[str, Any]) -> str:
 def cmd_events(args: argparse.Namespace) -> int:
     fleet = connect(args.address)
     try:
+        if args.cursor < 0:
+            raise UsageError("--cursor is an event number, 0 or more")
         source = (
-            fleet.follow(args.target, level=args.level)
+            fleet.follow(args.target, level=args.level, cursor=args.cursor)
             if args.follow
-            else fleet.events(args.target, level=args.level)["events"]
+            else fleet.history(args.target, level=args.level, cursor=args.cursor)
         )
         for env in source:
             print(json.dumps(env, default=str) if args.json else describe(env), flush=True)

@@ -436,10 +436,10 @@ class Fleet:
         return cast(api.EventPage, out)
 
     def follow(
-        self, target: str, *, level: str = "lifecycle", wait_s: float = 0.5
+        self, target: str, *, level: str = "lifecycle", wait_s: float = 0.5, cursor: int = 0
     ) -> Iterator[dict[str, Any]]:
-        """Yield events of ``target`` as they come, until all its jobs have ended."""
-        cursor = 0
+        """Yield events of ``target`` after ``cursor`` as they come, until all its jobs have
+        ended."""
         while True:
             page = self.events(target, cursor=cursor, level=level, wait_s=wait_s)
             cursor = page["cursor"]
@@ -448,6 +448,18 @@ class Fleet:
                 tail = self.events(target, cursor=cursor, level=level)
                 yield from tail["events"]
                 return
+
+    def history(
+        self, target: api.Target = None, *, level: str = "lifecycle", cursor: int = 0
+    ) -> Iterator[dict[str, Any]]:
+        """Yield every event of ``target`` recorded so far after ``cursor``, page by page
+        (events the scheduler spilled to its journal included)."""
+        while True:
+            page = self.events(target, cursor=cursor, level=level)
+            yield from page["events"]
+            if not page["events"] or page["cursor"] <= cursor:
+                return
+            cursor = page["cursor"]
 
     def close(self) -> None:
         """Disconnect; an embedded Ray instance (and its actors) stops here."""

@@ -43,7 +43,16 @@ EXTRAS: dict[type, set[str]] = {
         "checkpoint_of",
     },
     SchedulerControl: {"message"},
-    Fleet: {"spawn", "submit", "wait_ready", "follow", "close", "message", "delivery"},
+    Fleet: {
+        "spawn",
+        "submit",
+        "wait_ready",
+        "follow",
+        "history",
+        "close",
+        "message",
+        "delivery",
+    },
 }
 """The public methods each forwarder has besides the protocol's: a job-control method added
 outside the protocol fails here."""

@@ -147,3 +147,22 @@ async def test_a_warm_host_dead_at_start_moves_its_jobs_without_failing_or_ghost
     assert {core.jobs[j].restarts for j in ids} == {0}, "a job never started is not restarted"
     assert results_per_job(core, ids) == dict.fromkeys(ids, 1)
     await core.aclose()
+
+
+async def test_a_capped_batch_whose_host_dies_still_runs_every_remaining_job():
+    pool = Pool()
+    core = SchedulerCore(pool)
+    slow = {"default": [{"tool": "progress_update", "args": {"summary": "s"}, "latency_ms": 30}]}
+    sub = submission(core, 8, script=slow, per=4)
+    sub = type(sub)(
+        **{**{f: getattr(sub, f) for f in sub.__dataclass_fields__}, "max_concurrency": 2}
+    )
+    ids = (await core.submit(sub))["job_ids"]
+    await until(lambda: any(core.jobs[j].state is JobState.RUNNING for j in ids))
+    running = next(j for j in ids if core.jobs[j].state is JobState.RUNNING)
+    await until(lambda: core.hosts.has_started(core.hosts.host_of(running), running))
+    pool.host(core.jobs[running].host_id).kill()
+    assert (await core.job_block(ids, timeout_seconds=20))["done"]
+    assert {core.jobs[j].state for j in ids} == {JobState.COMPLETED}
+    assert core.capacity()["queued"] == 0 and core.capacity()["running"] == 0
+    await core.aclose()
