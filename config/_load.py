@@ -117,6 +117,14 @@ def _check_project(config: Config, source: ConfigSource) -> ConfigSource:
     source = replace(source, trusted=trusted)
     if trusted:
         return source
+    if config.durability.journal_dir is not None:
+        raise ConfigError(
+            "this project's config is not trusted: it sets durability.journal_dir, the folder the "
+            "scheduler writes its journal to; a project's config may not choose it until you "
+            f"trust its folder: run `clonefleet trust {printable(shlex.quote(source.project_dir or '.'))}`",
+            printable(source.path or ""),
+            "durability.journal_dir",
+        )
     own = Config().providers
     names = [n for n in sorted(config.declared_providers) if needs_trust(config, own, n)]
     if names and (glob := _global_config_path()).is_file():

@@ -437,3 +437,13 @@ def test_concurrent_trust_commands_keep_every_folder(home):
     for t in threads:
         t.join(timeout=10)
     assert sorted(r["dir"] for r in read_trust_records()) == sorted(map(str, folders))
+
+
+def test_untrusted_project_may_not_choose_the_journal_folder_but_may_tune_the_rest(home):
+    path = project_config(home, "durability: {journal_dir: ~/.ssh, checkpoint_interval_s: 5}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config()
+    assert (info.value.path, info.value.key) == (str(path), "durability.journal_dir")
+    assert "clonefleet trust" in info.value.message
+    project_config(home, "durability: {checkpoint_interval_s: 5}\n")
+    assert load_config().durability.checkpoint_interval_s == 5
