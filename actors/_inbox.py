@@ -218,6 +218,23 @@ class InboxCore:
             out[delivery.state] += 1
         return out
 
+    def evict_settled(self, before: float) -> int:
+        """Forget deliveries settled (delivered or undelivered) before ``before`` (a time);
+        returns how many. Their journal records go at the next compaction."""
+        gone = [
+            d
+            for d in self.deliveries.values()
+            if d.state != QUEUED and d.settled_at is not None and d.settled_at < before
+        ]
+        for delivery in gone:
+            del self.deliveries[delivery.delivery_id]
+            ids = self._by_job.get(delivery.job_id, [])
+            ids.remove(delivery.delivery_id)
+            if not ids:
+                self._by_job.pop(delivery.job_id, None)
+                self._queued_of.pop(delivery.job_id, None)
+        return len(gone)
+
     # -- replay ----------------------------------------------------------------------------
     def restore(self, records: Iterable[dict[str, Any]]) -> int:
         """Rebuild from journal records (the journal itself is not written); returns how many

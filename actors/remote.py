@@ -252,6 +252,12 @@ INBOX_NAME = "inbox"
 """The inbox actor's name in :data:`~clonefleet.cluster.NAMESPACE`."""
 ROUTE_GATHER_S = 0.01
 """Messages sent within this long are routed together, in one call to the scheduler."""
+HOUSEKEEPING_ROUNDS = 120
+"""Rounds of the routing loop (half a second each) between housekeeping passes."""
+SETTLED_KEPT_S = 7 * 24 * 3600.0
+"""How long a delivered or undelivered delivery can still be looked up."""
+COMPACT_BYTES = 64 * 1024 * 1024
+"""Journal size past which the inbox rewrites it as one snapshot of what it still holds."""
 REROUTE_S = 2.0
 """A delivery still queued this long after it was last routed is routed again (its clone may
 have moved, or the inbox restarted); clones skip what they already took."""
@@ -348,7 +354,9 @@ class InboxActor:
                 await _scheduler().undelivered.remote(items)
 
     async def _reroute(self) -> None:
-        """Route again what stayed queued for :data:`REROUTE_S` (all of it after a restart)."""
+        """Route again what stayed queued for :data:`REROUTE_S` (all of it after a restart);
+        now and then, forget old settled deliveries and compact the journal."""
+        rounds = 0
         while True:
             core = self._c()
             now = time.monotonic()
@@ -356,7 +364,18 @@ class InboxActor:
                 d for d in core.waiting() if now - self._routed.get(d.delivery_id, 0.0) >= REROUTE_S
             ]
             await self._route(stale)
+            rounds += 1
+            if rounds % HOUSEKEEPING_ROUNDS == 0:
+                await self._housekeeping(core)
             await asyncio.sleep(REROUTE_S / 4)
+
+    async def _housekeeping(self, core: InboxCore) -> None:
+        try:
+            core.evict_settled(time.time() - SETTLED_KEPT_S)
+            if self._journal is not None and self._journal.size_bytes() > COMPACT_BYTES:
+                await self._journal.compact(core.snapshot())
+        except Exception as exc:  # tried again at the next round; the deliveries are unharmed
+            self.damage = [*self.damage[-19:], f"housekeeping: {type(exc).__name__}: {exc}"]
 
 
 def _scheduler() -> Any:

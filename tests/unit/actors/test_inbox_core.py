@@ -79,3 +79,16 @@ def test_replay_from_the_journal_rebuilds_states_and_order(tmp_path):
 
 def test_skill_references_are_found_in_order_once():
     assert skill_refs("use @skill:a then @skill:b.c and @skill:a; not a@skill:x") == ["a", "b.c"]
+
+
+def test_old_settled_deliveries_are_forgotten_and_the_snapshot_replays_the_rest():
+    core = InboxCore()
+    old, kept, waiting = (core.accept("sa_1", t) for t in ("old", "kept", "waiting"))
+    core.acked([old.delivery_id, kept.delivery_id])
+    old.settled_at = 10.0
+    assert core.evict_settled(before=100.0) == 1
+    assert [d.text for d in core.of_job("sa_1")] == ["kept", "waiting"]
+    again = InboxCore()
+    assert again.restore(core.snapshot()) == 0
+    assert again.counts("sa_1") == {"queued": 1, "delivered": 1, "undelivered": 0}
+    assert [d.text for d in again.waiting()] == ["waiting"]
