@@ -167,12 +167,13 @@ def journal_dir() -> Path:
     config found here, else ``journal/`` in the state folder."""
     from .cluster import state_dir
     from .config import load_config
+    from .scheduler import journal_folder
 
     try:
         configured = load_config(None, Path.cwd()).durability.journal_dir
     except ClonefleetError:
         configured = None
-    return Path(configured).expanduser() if configured else state_dir() / "journal"
+    return Path(journal_folder(configured, embedded=False, base=state_dir()))
 
 
 def _offline_view(args: argparse.Namespace) -> Any:

@@ -8,6 +8,7 @@ the standard library, so every layer may import it (``docs/architecture.md``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
@@ -20,6 +21,7 @@ __all__ = [
     "MESSAGE_TOOL",
     "KNOWN_TOOLS",
     "RUN_RECORD_FIELDS",
+    "SKILL_REF",
     "SPAWN_TOOLS",
     "STATUS_FAMILIES",
     "STOP_ERRORS",
@@ -31,6 +33,7 @@ __all__ = [
     "StopReason",
     "canonical_tool",
     "run_record",
+    "skill_refs",
     "status_family",
     "succeeded",
     "stop_error",
@@ -87,6 +90,15 @@ CLAUDE_TOOL_ALIASES: dict[str, str] = {
     "Bash": "shell",
 }
 """Claude Code tool names and the tools they mean here."""
+
+
+SKILL_REF = re.compile(r"(?<![\w@])@skill:([A-Za-z0-9_-]+(?:[.:][A-Za-z0-9_-]+)*)")
+"""An ``@skill:NAME`` reference, in a spawn prompt or a message to a running clone."""
+
+
+def skill_refs(text: str) -> list[str]:
+    """The skill names ``text`` references as ``@skill:NAME``, in order of first mention."""
+    return list(dict.fromkeys(SKILL_REF.findall(text)))
 
 
 def canonical_tool(name: str) -> str:

@@ -202,15 +202,20 @@ class HostCore:
         """Hand messages (``{delivery_id, job_id, text}``) to clones here: each clone takes its
         own, in order, at its next turn boundary, and acknowledges them with a
         ``message_delivered`` event. A message its clone already took is skipped by the clone."""
+        waiting: dict[str, set[str]] = {}
         for item in items:
             job_id = str(item["job_id"])
             task = self._tasks.get(job_id)
             if task is not None and task.done():
                 continue  # its job ended here: the inbox learns that from the scheduler
-            pair = (str(item["delivery_id"]), str(item["text"]))
             box = self._mail.setdefault(job_id, [])
-            if pair[0] not in {d for d, _ in box}:  # routed again while it waited
-                box.append(pair)
+            seen = waiting.get(job_id)
+            if seen is None:
+                seen = waiting[job_id] = {d for d, _ in box}
+            delivery_id = str(item["delivery_id"])
+            if delivery_id not in seen:  # one routed again while it waited is not added twice
+                seen.add(delivery_id)
+                box.append((delivery_id, str(item["text"])))
         return len(items)
 
     def cancel(self, job_ids: Sequence[str]) -> list[str]:

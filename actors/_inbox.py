@@ -11,7 +11,6 @@ job runs, and feeds acknowledgements and job endings back. See docs/inbox.md.
 
 from __future__ import annotations
 
-import re
 import secrets
 import time
 from collections.abc import Iterable
@@ -20,15 +19,7 @@ from typing import Any, Protocol
 
 from ..errors import UsageError
 
-__all__ = ["DELIVERY_STATES", "Delivery", "InboxCore", "InboxLimits", "skill_refs"]
-
-_SKILL_REF = re.compile(r"(?<![\w@])@skill:([A-Za-z0-9_-]+(?:[.:][A-Za-z0-9_-]+)*)")
-"""An ``@skill:NAME`` reference (the same form a spawn prompt uses)."""
-
-
-def skill_refs(text: str) -> list[str]:
-    """The skill names a message references, in order of first mention."""
-    return list(dict.fromkeys(_SKILL_REF.findall(text)))
+__all__ = ["DELIVERY_STATES", "Delivery", "InboxCore", "InboxLimits"]
 
 
 QUEUED, DELIVERED, UNDELIVERED = "queued", "delivered", "undelivered"

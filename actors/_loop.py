@@ -25,13 +25,13 @@ from ..vocab import (
     Outcome,
     StopReason,
     canonical_tool,
+    skill_refs,
     stop_error,
 )
 from ._checkpoint import restore, snapshot
 from ._compaction import compact, context_tokens
 from ._control_specs import CONTROL_SPECS
 from ._exit import ExitJudge, Verdict
-from ._inbox import skill_refs
 from ._jobtools import job_tools
 from ._spec import CloneSpec, RunResult
 from ._tools import WORK_TOOL_TABLE, Tool, ToolContext, check_arguments
@@ -222,8 +222,11 @@ class Clone:
     async def _take_deliveries(self) -> None:
         if self._inbox is None:
             return
+        items = await self._inbox()
+        if not items:
+            return  # every turn of every clone comes here: an empty mailbox costs nothing more
         taken = set(self.delivered)
-        for delivery_id, text in await self._inbox():
+        for delivery_id, text in items:
             if delivery_id in taken:
                 continue  # sent again after a restart: it is in the context already
             taken.add(delivery_id)

@@ -24,8 +24,9 @@ from ..control import Seconds
 from ..errors import ClonefleetError, ClusterError
 from ..journal import Journal
 from ..providers import SimScript
+from ..vocab import skill_refs
 from ._host import HostCore
-from ._inbox import Delivery, InboxCore, InboxLimits, skill_refs
+from ._inbox import Delivery, InboxCore, InboxLimits
 from ._spec import CloneSpec
 
 __all__ = [

@@ -9,10 +9,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from _fanout_report import rounded as _rounded
+from _fanout_report import tally as tally
 
 __all__ = ["Cli", "Deadline", "Ran", "ends_per_job", "log", "rounded", "tally"]
 
@@ -25,15 +27,8 @@ def log(msg: str) -> None:
 
 
 def rounded(x: float | None, nd: int = 2) -> float | None:
-    return None if x is None else round(x, nd)
-
-
-def tally(items: Iterable[str]) -> dict[str, int]:
-    """How often each item occurs, in order of first occurrence."""
-    out: dict[str, int] = {}
-    for item in items:
-        out[item] = out.get(item, 0) + 1
-    return out
+    """Seconds to two decimals (the fan-out report's rounding, with another default)."""
+    return _rounded(x, nd)
 
 
 @dataclass

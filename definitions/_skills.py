@@ -10,7 +10,6 @@ this module returns what to inject.
 from __future__ import annotations
 
 import os
-import re
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 
 from ..config import Config
 from ..errors import DefinitionError
+from ..vocab import skill_refs
 from ._catalog import global_config_dir, path_kind
 from ._model import Definition, InjectedSkill, LoadFailure, LoadReason, LoadWarning
 from ._parse import NAMESPACE_KEYS, parse_file
@@ -32,8 +32,6 @@ __all__ = [
     "skill_allowed",
     "skill_search_path",
 ]
-
-_REF = re.compile(r"(?<![\w@])@skill:([A-Za-z0-9_-]+(?:[.:][A-Za-z0-9_-]+)*)")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,7 +204,7 @@ def skill_allowed(defn: Definition, name: str) -> bool:
 
 def find_skill_refs(text: str) -> list[str]:
     """The skill names referenced as ``@skill:NAME`` in ``text``, in order of first mention."""
-    return list(dict.fromkeys(_REF.findall(text)))
+    return skill_refs(text)
 
 
 def resolve_skill_refs(

@@ -78,8 +78,6 @@ class SchedulerCore(JobQueries):
         self._children: dict[str, list[str]] = {}
         self._checkpoints: dict[str, dict[str, Any]] = {}
         """Each running job's latest checkpoint (a restarted clone resumes from it)."""
-        self._blobs: dict[str, bytes] = {}
-        """Pickled submissions of restored batches (kept for the next compaction)."""
         self._running = 0
         self._log = EventLog(
             self.jobs,

@@ -30,8 +30,6 @@ FLUSH_S = 0.05
 MAX_TRIES = 200
 """Flushes tried in a row while the inbox does not answer (10 s) before they are given up."""
 
-_SKILL_REF_CHARS = "@skill:"
-
 
 class InboxLink(Protocol):
     """What the scheduler needs of the inbox."""
@@ -74,7 +72,7 @@ def check_message(
         if name not in allowed:
             known = ", ".join(sorted(allowed)) or "none"
             raise UsageError(
-                f"{_SKILL_REF_CHARS}{name} is not a skill job {job_id} may load (its definition's"
+                f"@skill:{name} is not a skill job {job_id} may load (its definition's"
                 f" skill policy allows: {known}); the message was not queued"
             )
 

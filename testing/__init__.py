@@ -13,11 +13,24 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..actors import CloneSpec
+from ..config import Config
 from ..definitions import DEFAULT_EXIT_SCHEMA
 from ..errors import ClusterError
-from ..providers import ModelRequest, ModelResponse, ToolCall, Usage
+from ..providers import ModelRequest, ModelResponse, SimScript, ToolCall, Usage
+from ..scheduler import BatchSubmission
 
-__all__ = ["FakeClock", "FunctionModel", "LocalHost", "ScriptedModel", "call", "make_spec", "reply"]
+__all__ = [
+    "FakeClock",
+    "FunctionModel",
+    "LocalHost",
+    "LocalHosts",
+    "ScriptedModel",
+    "call",
+    "make_spec",
+    "make_submission",
+    "reply",
+    "wait_until",
+]
 
 
 class FunctionModel:
@@ -175,3 +188,52 @@ class LocalHost:
     async def close(self) -> None:
         self.closed = True
         await self.core.aclose()
+
+
+class LocalHosts:
+    """A host factory for :class:`~clonefleet.scheduler.SchedulerCore` that makes
+    :class:`LocalHost` instances and remembers them (to kill one, or count its starts)."""
+
+    def __init__(self) -> None:
+        self.made: list[LocalHost] = []
+
+    def __call__(self, host_id: str, control: Any) -> LocalHost:
+        self.made.append(LocalHost(host_id, control))
+        return self.made[-1]
+
+    def host(self, host_id: str) -> LocalHost:
+        return next(h for h in self.made if h.host_id == host_id)
+
+
+def make_submission(
+    core: Any,
+    count: int,
+    *,
+    config: Config,
+    script: SimScript | dict[str, Any] | None = None,
+    cap: int | None = None,
+    per: int | None = None,
+) -> BatchSubmission:
+    """A batch of ``count`` test clones with ids reserved from ``core``."""
+    batch_id, ids = core.reserve_ids(count)
+    specs = tuple(
+        make_spec(job_id=j, batch_id=batch_id, clone_index=i, clone_count=count)
+        for i, j in enumerate(ids)
+    )
+    return BatchSubmission(
+        batch_id=batch_id,
+        specs=specs,
+        config=config,
+        sim_script=SimScript.from_data(script) if isinstance(script, dict) else script,
+        max_concurrency=cap,
+        clones_per_actor=per,
+    )
+
+
+async def wait_until(predicate: Callable[[], bool], limit_s: float = 10.0) -> None:
+    """Poll ``predicate`` every 10 ms until it holds; fail after ``limit_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+    while not predicate():
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -39,3 +39,21 @@ def cli_run() -> RunCli:
     ``cwd`` (its own embedded Ray unless ``--address`` says otherwise; ``RAY_ADDRESS`` is
     cleared) and returns the finished process with its output."""
     return _run
+
+
+@pytest.fixture
+def cli(
+    cli_run: RunCli, tmp_path: Path
+) -> Iterator[tuple[Callable[..., subprocess.CompletedProcess[str]], Path]]:
+    """``(run, work)``: ``run(*args, timeout=150)`` runs the command in ``tmp_path/work`` with
+    its own state folder, ``tmp_path/state`` (its own ``cluster up`` record and journal); a
+    cluster it started is stopped at the end."""
+    env = {"CLONEFLEET_STATE_DIR": str(tmp_path / "state")}
+    work = tmp_path / "work"
+    work.mkdir()
+
+    def run(*args: str, timeout: float = 150) -> subprocess.CompletedProcess[str]:
+        return cli_run(*args, cwd=work, timeout=timeout, env=env)
+
+    yield run, work
+    run("cluster", "down", timeout=90)

@@ -4,25 +4,11 @@ no cluster runs, and the jobs that had not ended resume when the cluster comes b
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 
 import pytest
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture
-def cli(cli_run, tmp_path):
-    env = {"CLONEFLEET_STATE_DIR": str(tmp_path / "state")}
-    work = tmp_path / "work"
-    work.mkdir()
-
-    def run(*args: str, timeout: float = 150) -> subprocess.CompletedProcess[str]:
-        return cli_run(*args, cwd=work, timeout=timeout, env=env)
-
-    yield run, work
-    run("cluster", "down", timeout=90)
 
 
 def test_results_outlive_the_cluster_and_unfinished_jobs_resume_after_up(cli):

@@ -3,24 +3,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture
-def cli(cli_run, tmp_path):
-    env = {"CLONEFLEET_STATE_DIR": str(tmp_path / "state")}
-    work = tmp_path / "work"
-    work.mkdir()
-
-    def run(*args: str, timeout: float = 150) -> subprocess.CompletedProcess[str]:
-        return cli_run(*args, cwd=work, timeout=timeout, env=env)
-
-    yield run, work
-    run("cluster", "down", timeout=90)
 
 
 def test_detached_batch_outlives_its_command_and_is_controlled_later(cli):

@@ -91,6 +91,26 @@ def _ends(fleet) -> dict[str, int]:
     return counts
 
 
+def progress_by(fleet, batch_id, turns, limit_s=30.0) -> None:
+    """Wait until the batch's clones made ``turns`` more model turns, or it has ended."""
+
+    def made() -> tuple[int, bool]:
+        try:
+            jobs = fleet.list_jobs(batch=batch_id)["jobs"]
+        except Exception:
+            return -1, False  # the scheduler is restarting
+        return sum(j["turns"] for j in jobs), all(j["ended_at"] for j in jobs)
+
+    start, deadline = made()[0], time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        now, ended = made()
+        if ended or (start >= 0 and now >= start + turns):
+            return
+        if start < 0 or now < start:  # unknown yet, or counted again after a restart
+            start = now
+        time.sleep(0.05)
+
+
 def wait_events(fleet, job_id, kind, limit_s=60.0) -> dict:
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
@@ -183,7 +203,8 @@ def test_chaos_200_jobs_while_hosts_and_the_scheduler_are_killed(fleet, tmp_path
     kills = ["scheduler" if i in (3, 7) else "host" for i in range(10)]
     started = time.monotonic()
     for kind in kills:
-        time.sleep(rng.uniform(0.2, 0.6))
+        # Each kill lands once the batch has made some progress: a random number of turns more.
+        progress_by(fleet, batch.batch_id, rng.randint(10, 60))
         if kind == "scheduler":
             os.kill(health(fleet)["pid"], signal.SIGKILL)
             continue

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from clonefleet.actors import InboxCore, InboxLimits
-from clonefleet.actors._inbox import skill_refs
 from clonefleet.errors import UsageError
 from clonefleet.journal import Journal
+from clonefleet.vocab import skill_refs
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -8,9 +8,8 @@ import asyncio
 import pytest
 
 from clonefleet.config import Config
-from clonefleet.providers import SimScript
-from clonefleet.scheduler import BatchSubmission, SchedulerCore
-from clonefleet.testing import LocalHost, make_spec
+from clonefleet.scheduler import SchedulerCore
+from clonefleet.testing import LocalHost, LocalHosts, make_submission, wait_until
 from clonefleet.vocab import JobState
 
 pytestmark = pytest.mark.timeout(30)
@@ -22,41 +21,7 @@ def submission(core, count, *, script=None, restarts=2, per=None, interval=0.0):
     config = Config(
         limits={"max_restarts": restarts}, durability={"checkpoint_interval_s": interval}
     )
-    batch_id, ids = core.reserve_ids(count)
-    specs = tuple(
-        make_spec(job_id=j, batch_id=batch_id, clone_index=i, clone_count=count)
-        for i, j in enumerate(ids)
-    )
-    return BatchSubmission(
-        batch_id=batch_id,
-        specs=specs,
-        config=config,
-        sim_script=SimScript.from_data(script) if script else None,
-        clones_per_actor=per,
-    )
-
-
-class Pool:
-    """A host factory that remembers every host it made."""
-
-    def __init__(self) -> None:
-        self.made: list[LocalHost] = []
-
-    def __call__(self, host_id, control):
-        host = LocalHost(host_id, control)
-        self.made.append(host)
-        return host
-
-    def host(self, host_id: str) -> LocalHost:
-        return next(h for h in self.made if h.host_id == host_id)
-
-
-async def until(predicate, limit_s: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit_s
-    while not predicate():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
+    return make_submission(core, count, config=config, script=script, per=per)
 
 
 def results_per_job(core, ids):
@@ -68,17 +33,17 @@ def results_per_job(core, ids):
 
 
 async def test_a_killed_hosts_clones_restart_on_a_fresh_host_from_their_checkpoint():
-    pool = Pool()
+    pool = LocalHosts()
     core = SchedulerCore(pool)
     out = await core.submit(submission(core, 2, script=SLOW, per=2))
     ids = out["job_ids"]
-    await until(lambda: all(j in core._checkpoints for j in ids))
+    await wait_until(lambda: all(j in core._checkpoints for j in ids))
     first = core.jobs[ids[0]].host_id
     pool.host(first).kill()
-    await until(lambda: all(core.jobs[j].restarts == 1 for j in ids))
-    await until(lambda: all(core.jobs[j].host_id != first for j in ids))
+    await wait_until(lambda: all(core.jobs[j].restarts == 1 for j in ids))
+    await wait_until(lambda: all(core.jobs[j].host_id != first for j in ids))
     fresh = pool.host(core.jobs[ids[0]].host_id)
-    await until(lambda: fresh.starts == 1)
+    await wait_until(lambda: fresh.starts == 1)
     assert set(fresh.resumed) == set(ids), "each clone resumed from its checkpoint"
     assert all(fresh.resumed[j]["turns"] == 1 for j in ids)
     assert all(core.jobs[j].state is JobState.RUNNING for j in ids)
@@ -91,13 +56,15 @@ async def test_a_killed_hosts_clones_restart_on_a_fresh_host_from_their_checkpoi
 
 
 async def test_a_clone_whose_hosts_keep_dying_fails_after_max_restarts_saying_so():
-    pool = Pool()
+    pool = LocalHosts()
     core = SchedulerCore(pool)
     job = (await core.submit(submission(core, 1, script=SLOW, restarts=2)))["job_ids"][0]
     for attempt in range(3):
-        await until(lambda n=attempt: core.jobs[job].restarts == n and job in core._checkpoints)
+        await wait_until(
+            lambda n=attempt: core.jobs[job].restarts == n and job in core._checkpoints
+        )
         host = pool.host(core.jobs[job].host_id)
-        await until(lambda h=host: h.starts == 1)
+        await wait_until(lambda h=host: h.starts == 1)
         core._checkpoints.pop(job)
         host.kill()
     assert (await core.job_block([job], timeout_seconds=10))["done"]
@@ -109,13 +76,13 @@ async def test_a_clone_whose_hosts_keep_dying_fails_after_max_restarts_saying_so
 
 
 async def test_dead_idle_warm_hosts_are_replaced_and_the_next_batch_runs_no_ghosts():
-    pool = Pool()
+    pool = LocalHosts()
     core = SchedulerCore(pool, cpus=2)
     core.warm(2)
     await asyncio.sleep(0)  # the watches start
     for host in list(pool.made):
         host.kill()
-    await until(lambda: core.hosts.replaced == 2)
+    await wait_until(lambda: core.hosts.replaced == 2)
     assert {h.host_id for h in core.hosts.idle} == {"h3", "h4"}
     out = await core.submit(submission(core, 4))
     assert (await core.job_block(out["job_ids"], timeout_seconds=10))["done"]
@@ -150,7 +117,7 @@ async def test_a_warm_host_dead_at_start_moves_its_jobs_without_failing_or_ghost
 
 
 async def test_a_capped_batch_whose_host_dies_still_runs_every_remaining_job():
-    pool = Pool()
+    pool = LocalHosts()
     core = SchedulerCore(pool)
     slow = {"default": [{"tool": "progress_update", "args": {"summary": "s"}, "latency_ms": 30}]}
     sub = submission(core, 8, script=slow, per=4)
@@ -158,9 +125,9 @@ async def test_a_capped_batch_whose_host_dies_still_runs_every_remaining_job():
         **{**{f: getattr(sub, f) for f in sub.__dataclass_fields__}, "max_concurrency": 2}
     )
     ids = (await core.submit(sub))["job_ids"]
-    await until(lambda: any(core.jobs[j].state is JobState.RUNNING for j in ids))
+    await wait_until(lambda: any(core.jobs[j].state is JobState.RUNNING for j in ids))
     running = next(j for j in ids if core.jobs[j].state is JobState.RUNNING)
-    await until(lambda: core.hosts.has_started(core.hosts.host_of(running), running))
+    await wait_until(lambda: core.hosts.has_started(core.hosts.host_of(running), running))
     pool.host(core.jobs[running].host_id).kill()
     assert (await core.job_block(ids, timeout_seconds=20))["done"]
     assert {core.jobs[j].state for j in ids} == {JobState.COMPLETED}

@@ -3,17 +3,14 @@ jobs resume from their checkpoints once, and what cannot be resumed ends "cluste
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from clonefleet.config import Config
 from clonefleet.journal import Journal, read_journal
-from clonefleet.providers import SimScript
-from clonefleet.scheduler import BatchSubmission, SchedulerCore
+from clonefleet.scheduler import SchedulerCore
 from clonefleet.scheduler._durable import Durable, read_table
 from clonefleet.scheduler._recovery import evict_expired, restore
-from clonefleet.testing import LocalHost, make_spec
+from clonefleet.testing import LocalHosts, make_submission, wait_until
 from clonefleet.vocab import JobState
 
 pytestmark = pytest.mark.timeout(30)
@@ -23,34 +20,7 @@ HANG = {"default": [{"tool": "progress_update", "args": {"summary": "step"}}, {"
 
 def submission(core, count, script=None, restarts=2):
     config = Config(limits={"max_restarts": restarts}, durability={"checkpoint_interval_s": 0.0})
-    batch_id, ids = core.reserve_ids(count)
-    specs = tuple(
-        make_spec(job_id=j, batch_id=batch_id, clone_index=i, clone_count=count)
-        for i, j in enumerate(ids)
-    )
-    return BatchSubmission(
-        batch_id=batch_id,
-        specs=specs,
-        config=config,
-        sim_script=SimScript.from_data(script) if script else None,
-    )
-
-
-class Hosts:
-    def __init__(self) -> None:
-        self.made: list[LocalHost] = []
-
-    def __call__(self, host_id, control):
-        self.made.append(LocalHost(host_id, control))
-        return self.made[-1]
-
-
-async def until(predicate, limit_s: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit_s
-    while not predicate():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
+    return make_submission(core, count, config=config, script=script)
 
 
 def open_core(folder, hosts):
@@ -70,24 +40,24 @@ def crash(core, journal, hosts) -> None:
 
 
 async def test_a_restarted_scheduler_keeps_results_and_resumes_unfinished_jobs(tmp_path):
-    hosts = Hosts()
+    hosts = LocalHosts()
     core, journal, table = open_core(tmp_path / "j", hosts)
     assert not table.jobs
     done = await core.submit(submission(core, 3))
     assert (await core.job_block(done["job_ids"], timeout_seconds=10))["done"]
     results = {j: await core.job_result(j) for j in done["job_ids"]}
     hang = await core.submit(submission(core, 2, HANG))
-    await until(lambda: all(j in core._checkpoints for j in hang["job_ids"]))
+    await wait_until(lambda: all(j in core._checkpoints for j in hang["job_ids"]))
     await journal.commit()
     crash(core, journal, hosts)
 
-    hosts2 = Hosts()
+    hosts2 = LocalHosts()
     core2, journal2, table = open_core(tmp_path / "j", hosts2)
     report = restore(core2, table)
     assert dict(report) == {"finished": 3, "resumed": 2, "lost": 0}
     assert {j: await core2.job_result(j) for j in done["job_ids"]} == results
     assert set(await core2.expand([hang["batch_id"]])) == set(hang["job_ids"])
-    await until(lambda: any(h.resumed for h in hosts2.made))
+    await wait_until(lambda: any(h.resumed for h in hosts2.made))
     resumed = {j: c for h in hosts2.made for j, c in h.resumed.items()}
     assert set(resumed) == set(hang["job_ids"])
     for job_id in hang["job_ids"]:
@@ -100,7 +70,7 @@ async def test_a_restarted_scheduler_keeps_results_and_resumes_unfinished_jobs(t
     await journal2.aclose()
 
     # A third start sees every job ended exactly once.
-    core3, journal3, table = open_core(tmp_path / "j", Hosts())
+    core3, journal3, table = open_core(tmp_path / "j", LocalHosts())
     assert dict(restore(core3, table)) == {"finished": 5, "resumed": 0, "lost": 0}
     states = {j: core3.jobs[j].state for j in hang["job_ids"]}
     assert set(states.values()) == {JobState.CANCELLED}
@@ -109,13 +79,13 @@ async def test_a_restarted_scheduler_keeps_results_and_resumes_unfinished_jobs(t
 
 
 async def test_a_job_past_max_restarts_or_without_its_batch_ends_cluster_lost(tmp_path):
-    hosts = Hosts()
+    hosts = LocalHosts()
     core, journal, _ = open_core(tmp_path / "j", hosts)
     out = await core.submit(submission(core, 1, HANG, restarts=0))
-    await until(lambda: core.jobs[out["job_ids"][0]].turns == 1)
+    await wait_until(lambda: core.jobs[out["job_ids"][0]].turns == 1)
     await journal.commit()
     crash(core, journal, hosts)
-    core2, journal2, table = open_core(tmp_path / "j", Hosts())
+    core2, journal2, table = open_core(tmp_path / "j", LocalHosts())
     assert dict(restore(core2, table)) == {"finished": 0, "resumed": 0, "lost": 1}
     record = await core2.job_result(out["job_ids"][0])
     assert record["status"] == "failed" and "cluster lost" in record["error"]
@@ -130,7 +100,7 @@ async def test_the_ids_come_back_only_once_the_batch_is_on_disk(tmp_path):
             await super().commit()
 
     journal = Watching(tmp_path / "j")
-    core = SchedulerCore(Hosts(), durable=Durable(journal))
+    core = SchedulerCore(LocalHosts(), durable=Durable(journal))
     out = await core.submit(submission(core, 2))
     assert journal.committed_before_return
 
@@ -142,7 +112,7 @@ async def test_the_ids_come_back_only_once_the_batch_is_on_disk(tmp_path):
 
 
 async def test_retention_evicts_finished_batches_and_the_journal_forgets_them(tmp_path):
-    hosts = Hosts()
+    hosts = LocalHosts()
     core, journal, _ = open_core(tmp_path / "j", hosts)
     out = await core.submit(submission(core, 2))
     assert (await core.job_block(out["job_ids"], timeout_seconds=10))["done"]
@@ -150,19 +120,19 @@ async def test_retention_evicts_finished_batches_and_the_journal_forgets_them(tm
     assert not core.jobs
     await core.aclose()
     await journal.aclose()
-    _, journal2, table = open_core(tmp_path / "j", Hosts())
+    _, journal2, table = open_core(tmp_path / "j", LocalHosts())
     assert not table.jobs and not table.batches
     await journal2.aclose()
 
 
 async def test_two_unfinished_batches_are_both_placed_before_either_starts(tmp_path):
-    hosts = Hosts()
+    hosts = LocalHosts()
     core, journal, _ = open_core(tmp_path / "j", hosts)
     first = await core.submit(submission(core, 2, HANG))
     second = await core.submit(submission(core, 3, HANG))
     await journal.commit()
     crash(core, journal, hosts)
-    core2, journal2, table = open_core(tmp_path / "j", Hosts())
+    core2, journal2, table = open_core(tmp_path / "j", LocalHosts())
     assert dict(restore(core2, table)) == {"finished": 0, "resumed": 5, "lost": 0}
     ids = [*first["job_ids"], *second["job_ids"]]
     assert all(core2.jobs[j].state is JobState.RUNNING for j in ids)
@@ -176,7 +146,7 @@ async def test_a_large_submission_is_kept_in_parts_and_read_back_whole(tmp_path,
     from clonefleet.scheduler import _durable
 
     monkeypatch.setattr(_durable, "BLOB_PART", 512)  # a few hundred bytes a part
-    hosts = Hosts()
+    hosts = LocalHosts()
     core, journal, _ = open_core(tmp_path / "j", hosts)
     out = await core.submit(submission(core, 3, HANG))
     await journal.commit()
@@ -186,7 +156,7 @@ async def test_a_large_submission_is_kept_in_parts_and_read_back_whole(tmp_path,
     ]
     assert kinds.count("part") > 2
     crash(core, journal, hosts)
-    core2, journal2, table = open_core(tmp_path / "j", Hosts())
+    core2, journal2, table = open_core(tmp_path / "j", LocalHosts())
     assert dict(restore(core2, table)) == {"finished": 0, "resumed": 3, "lost": 0}
     await core2.cancel_many(out["job_ids"])
     await core2.aclose()

@@ -16,7 +16,7 @@ from clonefleet.scheduler import (
     SchedulerCore,
     choose_clones_per_actor,
 )
-from clonefleet.testing import LocalHost, make_spec
+from clonefleet.testing import LocalHost, make_submission
 from clonefleet.vocab import JobState
 
 
@@ -25,19 +25,7 @@ def submission(core, count, *, script=None, cap=None, per=None, latency_ms=0, re
         providers={"sim": {"kind": "simulated", "simulated": {"latency_ms": latency_ms}}},
         limits={"max_restarts": restarts},
     )
-    batch_id, ids = core.reserve_ids(count)
-    specs = tuple(
-        make_spec(job_id=j, batch_id=batch_id, clone_index=i, clone_count=count)
-        for i, j in enumerate(ids)
-    )
-    return BatchSubmission(
-        batch_id=batch_id,
-        specs=specs,
-        config=config,
-        sim_script=script,
-        max_concurrency=cap,
-        clones_per_actor=per,
-    )
+    return make_submission(core, count, config=config, script=script, cap=cap, per=per)
 
 
 async def test_batch_runs_to_completion_with_distinct_ids_and_one_result_event_each():
