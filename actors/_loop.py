@@ -75,6 +75,8 @@ class Clone:
         control: job control, for a clone whose definition allows spawning subagents.
         resume: a :meth:`snapshot` to continue from; one of another job, of an unknown format
             or malformed is ignored with a warning (a fresh start).
+        host_tools: tools the clone host provides and the clone is granted (its MCP servers'),
+            by name.
 
     The ``skill`` tool is offered when the clone has skills to load: ``skill_catalog`` maps a
     name to ``(description, body)``, read from ``spec.available_skills``.
@@ -94,9 +96,11 @@ class Clone:
         clock: Callable[[], float] = time.monotonic,
         control: JobControl | None = None,
         resume: Mapping[str, Any] | None = None,
+        host_tools: Mapping[str, Tool] | None = None,
     ) -> None:
         self.spec, self.model = spec, model
         self._control = control
+        self._host_tools = dict(host_tools or {})
         self._emit_fn = emit or (lambda event: None)
         self._inbox, self._checkpoint, self._clock = inbox, checkpoint, clock
         self.tools = self._tool_table()
@@ -129,6 +133,7 @@ class Clone:
         names = (canonical_tool(n) for n in self.spec.tools)
         table = {name: WORK_TOOL_TABLE[name] for name in names if name in WORK_TOOL_TABLE}
         table.update({t.name: t for t in self.spec.extra_tools})
+        table.update(self._host_tools)  # granted tools the host provides (MCP servers)
         if self.spec.allow_subagent_spawn and self._control is not None:
             table.update(job_tools(self._control, self.spec.job_id))
         return table
@@ -359,6 +364,7 @@ class Clone:
             raise ToolRetry(f"unknown tool {call.name!r}{hint}")
         if call.name in WORK_TOOL_TABLE:
             check_arguments(tool, call.arguments)
+        self.spec.policy.check(call.name, call.arguments)
         return await tool.run(call.arguments, ToolContext(root=Path(self.spec.cwd)))
 
     def _progress(self, args: dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..permissions import ALLOW_ALL, Policy
 from ..vocab import StopReason, run_record
 from ._tools import Tool
 
@@ -59,6 +60,11 @@ class CloneSpec:
     available_skills: tuple[tuple[str, str, str], ...] = ()
     """``(name, description, body)`` of skills the definition's own policy allows the model to
     load with the ``skill`` tool (model-invocation-disabled skills excluded)."""
+    policy: Policy = ALLOW_ALL
+    """The permission policy every tool call of the clone is checked against (docs/permissions.md)."""
+    mcp_servers: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """``(name, server config)`` of the MCP servers the definition itself declares (its
+    ``mcpServers``), beside those of the config."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

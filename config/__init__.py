@@ -37,11 +37,13 @@ from ._model import DiscoveryConfig as DiscoveryConfig
 from ._model import DurabilityConfig as DurabilityConfig
 from ._model import LimitsConfig as LimitsConfig
 from ._model import ModelConfig as ModelConfig
+from ._model import PriceConfig as PriceConfig
 from ._model import ProviderConfig as ProviderConfig
 from ._model import SimulatedOptions as SimulatedOptions
 from ._model import check_base_url as check_base_url
 from ._model import provider_route as provider_route
 from ._model import shown_url as shown_url
+from ._model import usage_cost as usage_cost
 from ._trust import needs_trust as needs_trust
 from ._trust import provider_change as provider_change
 from ._trust import read_trust_records as read_trust_records
@@ -58,6 +60,7 @@ __all__ = [
     "LimitsConfig",
     "MAX_CONFIG_BYTES",
     "ModelConfig",
+    "PriceConfig",
     "ProviderConfig",
     "SimulatedOptions",
     "YAML_MAX_DEPTH",
@@ -78,5 +81,6 @@ __all__ = [
     "safe_load_yaml",
     "shown_url",
     "trust_file",
+    "usage_cost",
     "yaml_problem",
 ]

@@ -5,6 +5,7 @@ subagents, and the embedded defaults used when no file exists (provider ``sim``,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -71,6 +72,14 @@ class ProviderConfig(BaseModel):
         return self
 
 
+class PriceConfig(BaseModel):
+    """What a model's tokens cost, in US dollars per million tokens."""
+
+    model_config = _STRICT
+    input_per_mtok: float = Field(ge=0.0, allow_inf_nan=False)
+    output_per_mtok: float = Field(ge=0.0, allow_inf_nan=False)
+
+
 class ModelConfig(BaseModel):
     """A named model: which provider serves it and under which wire name."""
 
@@ -78,6 +87,8 @@ class ModelConfig(BaseModel):
     provider: str
     name: str
     max_tokens: int | None = None
+    price: PriceConfig | None = None
+    """Gives the cost of its usage; without it, cost is unknown (``None``)."""
 
 
 class LimitsConfig(BaseModel):
@@ -299,3 +310,24 @@ def check_base_url(url: str, config_path: str | None, key: str) -> str:
             key,
         )
     return url
+
+
+def usage_cost(config: Config, model: str | None, usage: Mapping[str, int]) -> float | None:
+    """What ``usage`` (``input_tokens``, ``output_tokens``) on ``model`` cost in US dollars.
+
+    ``model`` is a model key or alias, as a run record's ``model`` field names it. ``None`` when
+    the model is unknown or has no ``price`` in config.
+    """
+    if model is None:
+        return None
+    try:
+        _, entry, _ = config.resolve_model(model)
+    except ConfigError:
+        return None
+    if entry.price is None:
+        return None
+    price = entry.price
+    return (
+        usage.get("input_tokens", 0) * price.input_per_mtok
+        + usage.get("output_tokens", 0) * price.output_per_mtok
+    ) / 1_000_000

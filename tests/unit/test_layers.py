@@ -34,17 +34,27 @@ PACKAGES = (
     "journal",
 )
 
-_RUNTIME = {"errors", "config", "vocab", "control", "providers"}
+_RUNTIME = {"errors", "config", "vocab", "control", "providers", "permissions"}
 """What every layer from the clones up may use."""
 
 ALLOWED: dict[str, set[str]] = {
     "vocab": set(),
     "control": set(),
+    "permissions": {"errors", "vocab"},
     "errors": {"vocab"},
     "config": {"errors", "vocab"},
-    "definitions": {"errors", "config", "vocab"},
+    "definitions": {"errors", "config", "vocab", "permissions"},
     "providers": {"errors", "config", "vocab"},
-    "actors": {"errors", "config", "vocab", "control", "providers", "cluster", "journal"},
+    "actors": {
+        "errors",
+        "config",
+        "vocab",
+        "control",
+        "providers",
+        "permissions",
+        "cluster",
+        "journal",
+    },
     "scheduler": _RUNTIME | {"actors", "definitions", "cluster", "journal"},
     "cluster": {"errors", "config", "vocab", "journal"},
     "journal": {"errors"},
