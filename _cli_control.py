@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._cli_listing import HUMAN_PAGE, dollars, jobs_table, stream_listing, totals_lines
 from .errors import ClonefleetError, ClusterError, UsageError
 from .vocab import EVENT_LEVELS, EventType, succeeded
 
@@ -29,6 +30,18 @@ WAIT_OVER_S = 2.0
 """``jobs wait --timeout T`` returns at most this long after ``T`` (from the command's start)."""
 EXIT_RESERVE_S = 1.5
 """Of that, what disconnecting and the interpreter's exit are given."""
+EVENT_PAGE = 5000
+"""Most events one reply of the scheduler holds."""
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, got {text[:40]!r}")
+    return value
 
 
 def make_console() -> Any:
@@ -51,10 +64,7 @@ def add_control_parsers(sub: Any) -> None:
         "jobs", help="list, inspect, cancel and wait for jobs on a running cluster"
     )
     jsub = jobs.add_subparsers(dest="jobs_command", required=True, metavar="ACTION")
-    lst = jsub.add_parser("list", help="jobs with status, plus slots in use and queued jobs")
-    for flag in ("--status", "--batch", "--agent", "--parent"):
-        lst.add_argument(flag)
-    _address_arg(lst)
+    _add_list_parser(jsub)
     for name, text in (
         ("status", "status of jobs"),
         ("result", "result of finished jobs"),
@@ -69,19 +79,7 @@ def add_control_parsers(sub: Any) -> None:
         "--timeout", type=float, default=3600.0, help="seconds to wait (default 3600)"
     )
     _address_arg(wait)
-
-    ev = sub.add_parser("events", help="read a batch's or job's events (subagent_event envelopes)")
-    ev.add_argument("target", metavar="BATCH|JOB")
-    ev.add_argument("--follow", action="store_true", help="keep reading until every job has ended")
-    ev.add_argument("--level", choices=tuple(EVENT_LEVELS), default="lifecycle")
-    ev.add_argument(
-        "--cursor",
-        type=int,
-        default=0,
-        help="start after this event number (each envelope's `seq`); older events the "
-        "scheduler spilled to its journal are read from there",
-    )
-    _address_arg(ev)
+    _add_events_parser(sub)
 
     msg = sub.add_parser(
         "message",
@@ -109,6 +107,44 @@ def add_control_parsers(sub: Any) -> None:
     down.add_argument("--json", action="store_true")
     st = csub.add_parser("status", help="address and nodes of the running cluster")
     st.add_argument("--json", action="store_true")
+
+
+def _add_list_parser(jsub: Any) -> None:
+    lst = jsub.add_parser(
+        "list", help="jobs with status and usage, plus slots in use, queued jobs and totals"
+    )
+    for flag in ("--status", "--batch", "--agent", "--parent"):
+        lst.add_argument(flag)
+    lst.add_argument(
+        "--limit",
+        type=_positive,
+        metavar="N",
+        help=f"one page of at most N jobs (default: {HUMAN_PAGE} in the table; with --json, "
+        "every job, streamed page by page)",
+    )
+    lst.add_argument("--cursor", metavar="C", help="start where a page ended (its next cursor)")
+    _address_arg(lst)
+
+
+def _add_events_parser(sub: Any) -> None:
+    ev = sub.add_parser("events", help="read a batch's or job's events (subagent_event envelopes)")
+    ev.add_argument("target", metavar="BATCH|JOB")
+    ev.add_argument("--follow", action="store_true", help="keep reading until every job has ended")
+    ev.add_argument("--level", choices=tuple(EVENT_LEVELS), default="lifecycle")
+    ev.add_argument(
+        "--cursor",
+        type=int,
+        default=0,
+        help="start at this event number (an envelope's `seq` + 1 continues after it); older "
+        "events the scheduler spilled to its journal are read from there",
+    )
+    ev.add_argument(
+        "--limit",
+        type=_positive,
+        metavar="N",
+        help="print at most N events, then the --cursor that continues (on stderr)",
+    )
+    _address_arg(ev)
 
 
 def connect(address: str | None, **options: Any) -> Fleet:
@@ -212,48 +248,27 @@ def _started_at() -> float:
 
 
 def _jobs_list(fleet: Fleet, args: argparse.Namespace) -> int:
-    listing = fleet.list_jobs(
-        status=args.status, batch=args.batch, agent=args.agent, parent=args.parent
-    )
+    filters: dict[str, Any] = {
+        "status": args.status,
+        "batch": args.batch,
+        "agent": args.agent,
+        "parent": args.parent,
+    }
     if args.json:
-        print(json.dumps(listing, default=str))
-        return EXIT_OK
-    from rich.table import Table
-
-    table = Table()
-    for col in (
-        "job",
-        "batch",
-        "agent",
-        "clone",
-        "status",
-        "outcome",
-        "model",
-        "parent",
-        "progress",
-    ):
-        table.add_column(col, no_wrap=True)
-    for j in listing["jobs"]:
-        progress = (
-            (j["progress"] or {}).get("summary", "") if isinstance(j["progress"], dict) else ""
-        )
-        table.add_row(
-            j["job_id"],
-            j["batch_id"],
-            j["agent"],
-            str(j["clone_index"]),
-            j["status"],
-            str(j["outcome"] or ""),
-            str(j["model"]),
-            str(j["parent"] or ""),
-            progress[:40],
-        )
-    cap = listing["capacity"]
+        return stream_listing(fleet, filters, args.cursor, args.limit)
+    page = fleet.list_jobs(**filters, cursor=args.cursor, limit=args.limit or HUMAN_PAGE)
     console = make_console()
-    console.print(table)
+    console.print(jobs_table(page["jobs"]))
+    for line in totals_lines(page["totals"]):
+        console.print(line, markup=False, highlight=False)
+    cap = page["capacity"]
     console.print(
         f"slots in use: {cap['running']} of {cap['max_concurrency'] or 'unlimited'}; queued: {cap['queued']}"
     )
+    if page["next_cursor"] is not None:
+        flags = "".join(f" --{k} {v}" for k, v in filters.items() if v is not None)
+        more = f"clonefleet jobs list{flags} --cursor {page['next_cursor']}"
+        console.print(f"more jobs: {more} --limit {args.limit or HUMAN_PAGE}", markup=False)
     return EXIT_OK
 
 
@@ -261,10 +276,11 @@ def _jobs_status(fleet: Fleet, args: argparse.Namespace) -> int:
     for job_id in fleet.expand(args.ids):
         s = fleet.job_status(job_id)
         why = f" ({s['detail']})" if s.get("detail") else ""
+        spent = f"tokens={s['usage'].get('total_tokens', 0)} cost={dollars(s.get('cost_usd'))}"
         _print(
             s,
             args.json,
-            f"{s['job_id']} {s['display_name']}: {s['status']} outcome={s['outcome']} model={s['model']} turns={s['turns']}{why}",
+            f"{s['job_id']} {s['display_name']}: {s['status']} outcome={s['outcome']} model={s['model']} turns={s['turns']} {spent}{why}",
         )
     return EXIT_OK
 
@@ -328,17 +344,26 @@ def describe(env: dict[str, Any]) -> str:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
+    if args.cursor < 0:
+        raise UsageError("--cursor is an event number, 0 or more")
     fleet = connect(args.address)
     try:
-        if args.cursor < 0:
-            raise UsageError("--cursor is an event number, 0 or more")
+        page = min(args.limit, EVENT_PAGE) if args.limit else None
         source = (
             fleet.follow(args.target, level=args.level, cursor=args.cursor)
             if args.follow
-            else fleet.history(args.target, level=args.level, cursor=args.cursor)
+            else fleet.history(args.target, level=args.level, cursor=args.cursor, page=page)
         )
+        shown = 0
         for env in source:
             print(json.dumps(env, default=str) if args.json else describe(env), flush=True)
+            shown += 1
+            if args.limit is not None and shown >= args.limit:
+                print(
+                    f"clonefleet: {shown} event(s) shown; more may follow: --cursor {env['seq'] + 1}",
+                    file=sys.stderr,
+                )
+                break
     finally:
         fleet.close()
     return EXIT_OK

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Unpack, cast
 
 from . import control as api
+from ._planning import BatchPlan as BatchPlan
+from ._planning import plan_batch as plan_batch
 from .cluster import (
     CALL_TIMEOUT_S,
     START_TIMEOUT_S,
@@ -31,122 +33,16 @@ from .cluster import (
 from .config import Config, load_config
 from .control import Seconds
 from .errors import ClusterError, IdCollision, UsageError
-from .providers import SimScript
-from .scheduler import (
-    BatchRequest,
-    BatchSubmission,
-    check_count,
-    new_batch_id,
-    new_job_id,
-    plan_specs,
-)
+from .scheduler import BatchSubmission
 
 __all__ = ["Batch", "BatchPlan", "Fleet", "plan_batch"]
 
+LIST_PAGE = 1000
+"""Jobs per reply when :meth:`Fleet.list_jobs` fetches a whole listing."""
 LONGEST_BLOCK_S = 3600.0
 """How long the scheduler's ``job_block`` waits when given no time limit."""
 MIN_FIRST_CALL_S = 0.5
 """The least the scheduler's first answer gets, however long connecting took."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BatchPlan:
-    """A validated, fully rendered batch that has not started (made without Ray)."""
-
-    submission: BatchSubmission
-    request: BatchRequest
-    caller_cwd: Path
-
-    @property
-    def job_ids(self) -> tuple[str, ...]:
-        return tuple(s.job_id for s in self.submission.specs)
-
-    def redraw(self) -> BatchPlan:
-        """The same batch rendered again with newly drawn ids."""
-        return _plan(self.request, self.submission.config, self.caller_cwd)
-
-
-def plan_batch(
-    agent: str,
-    prompt: str,
-    count: int = 1,
-    *,
-    config: Config,
-    caller_cwd: Path,
-    model: str | None = None,
-    cwd: str | None = None,
-    approve_chdir: bool = False,
-    variables: Mapping[str, str] | None = None,
-    subagents_dirs: Sequence[str] = (),
-    sim_script: SimScript | str | None = None,
-    clones_per_actor: int | None = None,
-    max_concurrency: int | None = None,
-) -> BatchPlan:
-    """Check and render a whole batch on this machine, before any cluster is involved.
-
-    Ids are drawn here (``sa_`` + 8 hex); the scheduler refuses any already in use and
-    :meth:`Fleet.submit` then draws again, so a usage or template error never costs a Ray start.
-
-    Raises:
-        UsageError: bad count, cwd or model; a prompt over ``limits.max_prompt_chars``;
-            ``clones_per_actor`` or ``max_concurrency`` below 1.
-        DefinitionError: unknown or invalid agent, render failure.
-        ConfigError: unreadable simulation script.
-    """
-    script = SimScript.load(sim_script) if isinstance(sim_script, str) else sim_script
-    req = BatchRequest(
-        agent=agent,
-        prompt=prompt,
-        count=count,
-        model=model,
-        cwd=cwd,
-        approve_chdir=approve_chdir,
-        variables=dict(variables or {}),
-        subagents_dirs=tuple(str(Path(d).resolve()) for d in subagents_dirs),
-        sim_script=script,
-        # 0 is not "unset": plan_specs refuses it (and negatives) like any bad value.
-        clones_per_actor=(
-            config.limits.clones_per_actor if clones_per_actor is None else clones_per_actor
-        ),
-        max_concurrency=max_concurrency,
-    )
-    return _plan(req, config, Path(caller_cwd).resolve())
-
-
-def _plan(req: BatchRequest, config: Config, caller_cwd: Path) -> BatchPlan:
-    from .definitions import load_catalog, load_skills
-
-    count = check_count(req.count, config)
-    catalog = load_catalog(caller_cwd, [Path(d) for d in req.subagents_dirs], config)
-    catalog.get(req.agent)
-    skills = load_skills(caller_cwd, (), config)
-    batch_id = new_batch_id()
-    drawn: set[str] = set()
-    while len(drawn) < count:
-        drawn.add(new_job_id())
-    job_ids = sorted(drawn)
-    specs = plan_specs(
-        req,
-        catalog,
-        config,
-        batch_id=batch_id,
-        job_ids=job_ids,
-        caller_cwd=caller_cwd,
-        skills=skills,
-    )
-    sub = BatchSubmission(
-        batch_id=batch_id,
-        specs=specs,
-        config=config,
-        sim_script=req.sim_script,
-        clones_per_actor=req.clones_per_actor,
-        max_concurrency=req.max_concurrency,
-        subagents_dirs=req.subagents_dirs,
-        project_path=str(caller_cwd),
-        catalog=catalog,
-        skills=skills,
-    )
-    return BatchPlan(submission=sub, request=req, caller_cwd=caller_cwd)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -286,10 +182,11 @@ class Fleet:
 
         Nothing starts unless every clone rendered. ``options`` are those of :func:`plan_batch`
         (``model``, ``cwd``, ``approve_chdir``, ``variables``, ``subagents_dirs``,
-        ``sim_script``, ``clones_per_actor``, ``max_concurrency``).
+        ``sim_script``, ``clones_per_actor``, ``max_concurrency``, ``budget_tokens``,
+        ``budget_usd``).
 
         Raises:
-            UsageError: bad count, cwd or model.
+            UsageError: bad count, cwd, model or budget.
             DefinitionError: unknown or invalid agent, render failure.
         """
         return self.submit(
@@ -414,9 +311,45 @@ class Fleet:
         return cast(int, out)
 
     def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
-        """Jobs matching every filter given, with the fleet's capacity."""
-        out = self._ask(lambda s: s.list_jobs.remote(**filters), idempotent=True)
-        return cast(api.JobListing, out)
+        """Jobs matching every filter given, with the fleet's capacity and usage totals.
+
+        With ``limit`` (and ``cursor``, the ``next_cursor`` of the page before), one page of at
+        most ``limit`` jobs. Without either, every match, fetched a page of
+        :data:`LIST_PAGE` at a time (no one reply holds them all) and returned together.
+        """
+        if filters.get("limit") is not None or filters.get("cursor") is not None:
+            out = self._ask(lambda s: s.list_jobs.remote(**filters), idempotent=True)
+            return cast(api.JobListing, out)
+        pages = self.iter_pages(**filters)
+        listing = next(pages)
+        for page in pages:
+            listing["jobs"].extend(page["jobs"])
+            listing["totals"]["batches"].update(page["totals"]["batches"])
+            listing["totals"]["fleet"] = page["totals"]["fleet"]
+            listing["capacity"], listing["next_cursor"] = page["capacity"], None
+        return listing
+
+    def iter_pages(self, **filters: Unpack[api.JobFilter]) -> Iterator[api.JobListing]:
+        """Yield the listing page by page (``limit`` jobs a page, :data:`LIST_PAGE` by default)
+        from ``cursor`` on, until a page has no ``next_cursor``."""
+        query = {**filters, "limit": filters.get("limit") or LIST_PAGE}
+        while True:
+            page = cast(
+                api.JobListing,
+                self._ask(lambda s: s.list_jobs.remote(**query), idempotent=True),
+            )
+            yield page
+            if page.get("next_cursor") is None:  # (a scheduler from before paging has none)
+                return
+            query["cursor"] = page["next_cursor"]
+
+    def totals(self, batch: str | None = None) -> api.UsageTotals:
+        """Token usage and cost of the fleet, and of ``batch`` when given (with its budget);
+        see ``docs/json.md``."""
+        totals = self.list_jobs(batch=batch, limit=1)["totals"]
+        if batch is None:
+            totals["batches"] = {}
+        return totals
 
     def expand(self, ids: Sequence[str]) -> list[str]:
         """Job ids, with batch ids replaced by their jobs'."""
@@ -450,16 +383,25 @@ class Fleet:
                 return
 
     def history(
-        self, target: api.Target = None, *, level: str = "lifecycle", cursor: int = 0
+        self,
+        target: api.Target = None,
+        *,
+        level: str = "lifecycle",
+        cursor: int = 0,
+        page: int | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """Yield every event of ``target`` recorded so far after ``cursor``, page by page
-        (events the scheduler spilled to its journal included)."""
+        """Yield every event of ``target`` recorded so far after ``cursor``, page by page of at
+        most ``page`` events (5,000 by default; events the scheduler spilled to its journal
+        included)."""
         while True:
-            page = self.events(target, cursor=cursor, level=level)
-            yield from page["events"]
-            if not page["events"] or page["cursor"] <= cursor:
+            query: api.EventQuery = {"cursor": cursor, "level": level}
+            if page is not None:
+                query["limit"] = page
+            page_out = self.events(target, **query)
+            yield from page_out["events"]
+            if not page_out["events"] or page_out["cursor"] <= cursor:
                 return
-            cursor = page["cursor"]
+            cursor = page_out["cursor"]
 
     def close(self) -> None:
         """Disconnect; an embedded Ray instance (and its actors) stops here."""

@@ -14,13 +14,14 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from ._cli_control import CONTROL_HANDLERS, add_control_parsers, make_console
+from ._cli_dashboard import add_dashboard_parser, cmd_dashboard
 from .config import printable
 from .errors import ClonefleetError, ConfigError, DefinitionError, UsageError
 from .trust import add_trust_parser, cmd_trust
-from .vocab import EventType, succeeded
+from .vocab import succeeded
 
 __all__ = ["main"]
 
@@ -70,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_provider_parser(sub)
     add_control_parsers(sub)
     add_trust_parser(sub)
+    add_dashboard_parser(sub)
     return parser
 
 
@@ -112,6 +114,24 @@ def _add_run_parser(sub: Any) -> None:
         help="extra definitions directory (repeatable)",
     )
     _add_run_execution_options(run)
+    _add_run_display_options(run)
+
+
+def _add_run_display_options(run: argparse.ArgumentParser) -> None:
+    """What ``run`` shows while the batch runs and keeps when it ends (docs/cli.md)."""
+    run.add_argument(
+        "--progress-lines",
+        action="store_true",
+        help="print each progress update as an `exec: progress {...}` line even on a terminal",
+    )
+    run.add_argument(
+        "--table", action="store_true", help="end with the per-job table, however many jobs"
+    )
+    run.add_argument(
+        "--out",
+        metavar="FILE.jsonl",
+        help="append one `run --json` record per job to FILE as each job ends",
+    )
 
 
 def _add_run_execution_options(run: argparse.ArgumentParser) -> None:
@@ -143,6 +163,19 @@ def _add_run_execution_options(run: argparse.ArgumentParser) -> None:
         help="jobs of this batch running at once, 1 or more",
     )
     run.add_argument(
+        "--budget-tokens",
+        type=_whole(1),
+        metavar="N",
+        help="once the batch (with its subagents) used more than N tokens, start no more of its "
+        "jobs and cancel those running (they end cancelled, stop reason budget)",
+    )
+    run.add_argument(
+        "--budget-usd",
+        type=float,
+        metavar="X",
+        help="the same in US dollars (every model the batch may use needs a price in the config)",
+    )
+    run.add_argument(
         "--detach",
         action="store_true",
         help="print the batch and job ids and return (needs a persistent cluster)",
@@ -165,6 +198,11 @@ def _add_definition_parsers(sub: Any) -> None:
     val.add_argument("--subagents-dir", action="append", default=[], metavar="DIR")
     val.add_argument("--config", metavar="FILE")
     val.add_argument("--json", action="store_true")
+    val.add_argument(
+        "--tools",
+        action="store_true",
+        help="per definition, the tools it asked for, those it gets and why any are missing",
+    )
 
     agents = sub.add_parser("agents", help="list available subagent definitions")
     agents.add_argument("--subagents-dir", action="append", default=[], metavar="DIR")
@@ -201,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "provider": cmd_provider,
         **CONTROL_HANDLERS,
         "trust": cmd_trust,
+        "dashboard": cmd_dashboard,
     }[args.command]
     try:
         return handler(args)
@@ -232,28 +271,34 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(
             "--detach needs a persistent cluster: run `clonefleet cluster up` and pass --address auto"
         )
+    sink = _record_file(args)  # before Ray starts: a bad --out is a usage error
     started = time.monotonic()
-    fleet = Fleet(address, config=config)
     try:
-        batch = fleet.submit(plan)
-        if args.detach:
-            out = {"batch_id": batch.batch_id, "job_ids": list(batch.job_ids)}
-            print(
-                json.dumps(out)
-                if args.json
-                else f"batch {batch.batch_id}: " + " ".join(batch.job_ids)
-            )
-            return EXIT_OK
+        fleet = Fleet(address, config=config)
         try:
-            records = _watch(fleet, batch, as_json=args.json)
-        except KeyboardInterrupt:
-            _say_interrupted(fleet, batch.batch_id)
-            return 130
+            batch = fleet.submit(plan)
+            if args.detach:
+                out = {"batch_id": batch.batch_id, "job_ids": list(batch.job_ids)}
+                print(
+                    json.dumps(out)
+                    if args.json
+                    else f"batch {batch.batch_id}: " + " ".join(batch.job_ids)
+                )
+                return EXIT_OK
+            try:
+                tally = _watch(fleet, batch, args, sink)
+            except KeyboardInterrupt:
+                _say_interrupted(fleet, batch.batch_id)
+                return 130
+        finally:
+            fleet.close()
     finally:
-        fleet.close()
+        if sink is not None:
+            sink.close()
+    records = tally.ordered_records()
     if not args.json:
-        _summary(records, time.monotonic() - started)
-    ok = all(succeeded(r) for r in records)
+        _summary(args, config, fleet, tally, time.monotonic() - started)
+    ok = all(succeeded(r) for r in records) and (sink is None or sink.error is None)
     return EXIT_OK if ok and len(records) == len(batch.job_ids) else EXIT_FAILED
 
 
@@ -275,6 +320,8 @@ def _plan(args: argparse.Namespace, config: Any) -> Any:
         sim_script=args.sim_script,
         clones_per_actor=args.clones_per_actor,
         max_concurrency=args.max_concurrency,
+        budget_tokens=args.budget_tokens,
+        budget_usd=args.budget_usd,
     )
 
 
@@ -292,142 +339,70 @@ def _say_interrupted(fleet: Any, batch_id: str) -> None:
         )
 
 
-class _Display:
-    """Progress for people: a live bar on a terminal, plain lines otherwise."""
+def _record_file(args: argparse.Namespace) -> Any:
+    """The ``--out`` file, open for appending (``None`` without ``--out``)."""
+    from ._cli_summary import RecordFile
 
-    def __init__(self, total: int, stream: TextIO) -> None:
-        self.total, self.stream = total, stream
-        self.done = self.failed = self.running = 0
-        self.latest = ""
-        self._live = None
-        self._last_plain = 0.0
-        if stream.isatty():
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            self._live = Progress(
-                TextColumn("[bold]jobs"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[info]}"),
-                TimeElapsedColumn(),
-                console=Console(file=stream),
-                transient=False,
-            )
-            self._task = self._live.add_task("jobs", total=total, info="")
-            self._live.start()
-
-    def update(self, force: bool = False) -> None:
-        queued = self.total - self.done - self.running
-        info = f"running {self.running} queued {max(queued, 0)} failed {self.failed} {self.latest[:60]}"
-        if self._live is not None:
-            self._live.update(self._task, completed=self.done, info=info)
-        elif force or time.monotonic() - self._last_plain > 2.0:
-            self._last_plain = time.monotonic()
-            print(
-                f"clonefleet: {self.done}/{self.total} done, {info}", file=self.stream, flush=True
-            )
-
-    def close(self) -> None:
-        if self._live is not None:
-            self._live.stop()
+    if args.detach and (args.out or args.table or args.progress_lines):
+        raise UsageError("--out, --table and --progress-lines follow a run; not with --detach")
+    return RecordFile(args.out) if args.out else None
 
 
-def _watch(fleet: Any, batch: Any, *, as_json: bool) -> list[dict[str, Any]]:
-    """Follow the batch's events to the end; echo progress, print JSON records as jobs end."""
-    display = None if as_json else _Display(len(batch.job_ids), sys.stderr)
-    records: dict[str, dict[str, Any]] = {}
-    try:
-        for env in fleet.follow(batch.batch_id):
-            event = env["event"]
-            kind = event["type"]
-            if kind == EventType.PROGRESS:
-                print(
-                    f"exec: progress {json.dumps(event.get('progress'))}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                if display:
-                    display.latest = (
-                        f"{env['display_name']}: {event.get('progress', {}).get('summary', '')}"
-                    )
-            elif kind == EventType.STARTED and display:
-                display.running += 1
-            elif kind == EventType.RESULT:
-                record = event["record"]
-                records[record["job_id"]] = record
-                if as_json:
-                    print(json.dumps(record), flush=True)
-                elif display:
-                    display.running = max(display.running - 1, 0)
-                    display.done += 1
-                    display.failed += not succeeded(record)
-            if display:
-                display.update()
-    finally:
-        if display:
-            display.update(force=True)
-            display.close()
-    return [records[j] for j in batch.job_ids if j in records]
+def _watch(fleet: Any, batch: Any, args: argparse.Namespace, sink: Any) -> Any:
+    """Follow the batch to its end with the live display (or plain lines) on stderr; records
+    go to stdout with ``--json`` and to the ``--out`` file as each job ends."""
+    from ._cli_live import watch
+
+    writers = [sink.write] if sink is not None else []
+    return watch(
+        fleet, batch, as_json=args.json, progress_lines=args.progress_lines, writers=writers
+    )
 
 
-def _summary(records: list[dict[str, Any]], elapsed_s: float) -> None:
-    from rich.table import Table
+def _summary(
+    args: argparse.Namespace, config: Any, fleet: Any, tally: Any, elapsed_s: float
+) -> None:
+    from ._cli_summary import RunEnd, keep_failures, summary
 
-    table = Table(title=f"{len(records)} jobs in {elapsed_s:.1f}s")
-    for col in ("job", "clone", "status", "outcome", "model", "turns"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("result / error", no_wrap=True, overflow="ellipsis", max_width=80)
-    shown = records if len(records) <= 50 else records[:25] + records[-25:]
-    for r in shown:
-        result = r["error"] or (
-            r["result"].get("summary") if isinstance(r["result"], dict) else r["result"]
-        )
-        table.add_row(
-            r["job_id"],
-            str(r["clone_index"]),
-            r["status"],
-            str(r["outcome"]),
-            str(r["model"]),
-            str(r["turns"]),
-            str(result)[:80],
-        )
-    counts: dict[str, int] = {}
-    for r in records:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    end = RunEnd(
+        records=tally.ordered_records(),
+        total=tally.total,
+        batch_id=tally.batch_id,
+        elapsed_s=elapsed_s,
+        ran_s=tally.elapsed_s,
+        details=tally.details,
+        out_path=args.out,
+        embedded=fleet.embedded,
+        address=None if args.address in (None, "auto") else args.address,
+    )
     console = make_console()
-    console.print(table)
-    console.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no jobs")
+    for part in summary(end, config, table=args.table, kept=keep_failures(end)):
+        console.print(part)
 
 
 # -- definitions -------------------------------------------------------------------------
 def cmd_validate(args: argparse.Namespace) -> int:
     from .config import load_config
-    from .definitions import validate_report
+    from .definitions import validate_lines, validate_report
+    from .scheduler import clone_tools
     from .trust import provider_lines, provider_report
 
     config = load_config(args.config)
+    cwd = Path.cwd()
     report = validate_report(
-        [Path(p) for p in args.paths], [Path(d) for d in args.subagents_dir], Path.cwd(), config
+        [Path(p) for p in args.paths],
+        [Path(d) for d in args.subagents_dir],
+        cwd,
+        config,
+        # What a clone started here would get: the planner's own answer (docs/permissions.md).
+        effective_of=lambda defn: clone_tools(defn, config, cwd),
+        tools=args.tools,
     )
     report["providers"] = provider_report(config)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        # Names, paths and messages come from files anyone may have written: printable() keeps
-        # their control characters and bidi marks off the terminal (docs/cli.md).
-        for d in report["definitions"]:
-            print(printable(f"ok       {d['name']} ({d['dialect']}) {d['path'] or ''}"))
-        for w in report["warnings"]:
-            print(printable(f"warning  {w['path']}: {w['name']}: {w['message']}"))
-        for e in report["errors"]:
-            print(printable(f"error    {e['path']}: {e['reason']}: {e['message']}"))
+        print("\n".join(validate_lines(report)))  # printable: see validate_lines
         print("\n".join(provider_lines(report["providers"])))  # key variables, never values
     return EXIT_FAILED if report["errors"] else EXIT_OK
 

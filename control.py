@@ -28,6 +28,7 @@ __all__ = [
     "Seconds",
     "Submitted",
     "Target",
+    "UsageTotals",
 ]
 
 JobStatus = dict[str, Any]
@@ -48,7 +49,8 @@ Target = str | None
 
 
 class JobFilter(TypedDict, total=False):
-    """Filters of :meth:`JobControl.list_jobs`; a filter left out or ``None`` matches every job."""
+    """Filters of :meth:`JobControl.list_jobs`; a filter left out or ``None`` matches every job.
+    ``cursor`` and ``limit`` page through the matches."""
 
     status: str | None
     """A :class:`~clonefleet.vocab.JobState` value."""
@@ -58,6 +60,11 @@ class JobFilter(TypedDict, total=False):
     """A definition name."""
     parent: str | None
     """The job id of the spawning job."""
+    cursor: str | None
+    """Where the previous page ended (its ``next_cursor``); ``None`` = from the first job. Pass
+    the same filters as that page's listing."""
+    limit: int | None
+    """Most jobs in the reply (1 to 10,000; more is read as 10,000); ``None`` = every match."""
 
 
 class EventQuery(TypedDict, total=False):
@@ -65,6 +72,8 @@ class EventQuery(TypedDict, total=False):
 
     cursor: int
     """Where the last page ended (default ``0``: from the start)."""
+    limit: int
+    """Most events in the page (default and most: 5,000)."""
     level: str
     """A key of :data:`clonefleet.vocab.EVENT_LEVELS` (default ``lifecycle``)."""
     wait_s: float
@@ -95,11 +104,25 @@ class Capacity(TypedDict):
     queued: int
 
 
+class UsageTotals(TypedDict):
+    """Token usage and cost summed per batch and for the fleet (``docs/json.md``)."""
+
+    fleet: dict[str, Any]
+    """``input_tokens``, ``output_tokens``, ``total_tokens``, ``cost_usd``, ``unpriced_tokens``
+    of every batch in the table."""
+    batches: dict[str, dict[str, Any]]
+    """The same per batch, plus ``jobs`` and ``budget``, for each batch with a job in the page
+    (or the batch filtered on)."""
+
+
 class JobListing(TypedDict):
-    """The jobs that matched a listing, and the fleet's capacity."""
+    """One page of the jobs that matched a listing, the fleet's capacity and usage totals."""
 
     jobs: list[JobStatus]
     capacity: Capacity
+    totals: UsageTotals
+    next_cursor: str | None
+    """Pass as ``cursor`` for the next page; ``None`` when this page ends the listing."""
 
 
 class EventPage(TypedDict):
@@ -205,7 +228,13 @@ class JobControl(Protocol):
         ...
 
     async def list_jobs(self, **filters: Unpack[JobFilter]) -> JobListing:
-        """Jobs matching every filter given (see :class:`JobFilter`), with the fleet's capacity."""
+        """Jobs matching every filter given (see :class:`JobFilter`), in the order they were
+        submitted, with the fleet's capacity and usage totals; a page of at most ``limit`` of
+        them after ``cursor`` when given.
+
+        Raises:
+            UsageError: a ``limit`` below 1, or a ``cursor`` this listing did not give.
+        """
         ...
 
     async def expand(self, ids: Sequence[str]) -> list[str]:
@@ -221,10 +250,10 @@ class JobControl(Protocol):
 
         Args:
             target: a batch or job id; ``None`` for every job.
-            query: ``cursor``, ``level`` and ``wait_s`` (see :class:`EventQuery`).
+            query: ``cursor``, ``level``, ``limit`` and ``wait_s`` (see :class:`EventQuery`).
 
         Raises:
             UnknownJobError: ``target`` names no job or batch.
-            UsageError: an unknown level.
+            UsageError: an unknown level, or a ``limit`` below 1.
         """
         ...

@@ -19,19 +19,25 @@ __all__ = [
     "EVENT_LEVELS",
     "JOB_TOOLS",
     "MESSAGE_TOOL",
+    "PATH_TOOLS",
     "KNOWN_TOOLS",
+    "MCP_ALL",
+    "MCP_RESOURCE_TOOLS",
     "RUN_RECORD_FIELDS",
+    "SEARCH_TOOLS",
     "SKILL_REF",
     "SPAWN_TOOLS",
     "STATUS_FAMILIES",
     "STOP_ERRORS",
     "UNDENIABLE_TOOLS",
+    "WEB_TOOLS",
     "WORK_TOOLS",
     "EventType",
     "JobState",
     "Outcome",
     "StopReason",
     "canonical_tool",
+    "is_mcp_grant",
     "run_record",
     "skill_refs",
     "status_family",
@@ -49,8 +55,33 @@ WORK_TOOLS: tuple[str, ...] = (
     "glob",
     "grep",
     "shell",
+    "shell_output",
+    "shell_kill",
+    "notebook_edit",
+    "todo_write",
+    "web_fetch",
+    "web_search",
 )
-"""Work tools every clone host provides."""
+"""Work tools every clone host provides (the web tools answer an error until config enables them)."""
+
+WEB_TOOLS: tuple[str, ...] = ("web_fetch", "web_search")
+"""Work tools that reach the network: a clone gets them by default only when the config's ``web``
+section enables them (``docs/config.md``)."""
+
+PATH_TOOLS: tuple[str, ...] = (
+    "file_read",
+    "file_write",
+    "file_edit",
+    "notebook_edit",
+    "list_dir",
+    "glob",
+    "grep",
+)
+"""Work tools whose ``path`` argument names a file or folder: permission rules such as
+``Read(./src/**)`` match it (``docs/permissions.md``)."""
+
+SEARCH_TOOLS: tuple[str, ...] = ("list_dir", "glob", "grep")
+"""Tools that read below a folder; as in Claude Code, ``Read`` permission rules govern them too."""
 
 CONTROL_TOOLS: tuple[str, ...] = ("exit_tool", "progress_update", "tool_search", "skill")
 """Tools every subagent gets whether or not its definition lists them."""
@@ -76,7 +107,23 @@ UNDENIABLE_TOOLS: frozenset[str] = frozenset(
 )
 """Tools a definition's ``tools_deny`` may not name."""
 
-KNOWN_TOOLS: frozenset[str] = frozenset((*WORK_TOOLS, *CONTROL_TOOLS, *SPAWN_TOOLS, "switch_facet"))
+MCP_RESOURCE_TOOLS: tuple[str, ...] = ("mcp_list_resources", "mcp_read_resource")
+"""The tools that list and read the resources of a clone's MCP servers (``docs/mcp.md``)."""
+
+MCP_ALL = "tag!ALL_MCP"
+"""The grant of every tool of every MCP server a clone may use."""
+
+
+def is_mcp_grant(name: str) -> bool:
+    """Whether a granted tool name is an MCP one, which only a clone host can resolve:
+    ``mcp__<server>__<tool>``, the ``mcp__<server>`` shorthand, ``tag!ALL_MCP`` or one of
+    :data:`MCP_RESOURCE_TOOLS`."""
+    return name.startswith("mcp__") or name == MCP_ALL or name in MCP_RESOURCE_TOOLS
+
+
+KNOWN_TOOLS: frozenset[str] = frozenset(
+    (*WORK_TOOLS, *CONTROL_TOOLS, *SPAWN_TOOLS, *MCP_RESOURCE_TOOLS, "switch_facet")
+)
 """Every tool name the loader recognises without a warning (``switch_facet`` only to reject it)."""
 
 CLAUDE_TOOL_ALIASES: dict[str, str] = {
@@ -88,8 +135,28 @@ CLAUDE_TOOL_ALIASES: dict[str, str] = {
     "Glob": "glob",
     "Grep": "grep",
     "Bash": "shell",
+    "BashOutput": "shell_output",
+    "KillShell": "shell_kill",
+    "KillBash": "shell_kill",
+    "NotebookEdit": "notebook_edit",
+    "TodoWrite": "todo_write",
+    "WebFetch": "web_fetch",
+    "WebSearch": "web_search",
+    "Task": "subagent",
+    "Agent": "subagent",
+    "SendMessage": "message_subagent",
+    "TaskList": "list_jobs",
+    "TaskGet": "job_status",
+    "TaskUpdate": "job_cancel",
+    "TaskOutput": "job_result",
+    "TaskStop": "job_cancel",
+    "Skill": "skill",
+    "SlashCommand": "skill",
+    "ListMcpResourcesTool": "mcp_list_resources",
+    "ReadMcpResourceTool": "mcp_read_resource",
 }
-"""Claude Code tool names and the tools they mean here."""
+"""Claude Code tool names and the tools they mean here (``TaskUpdate``: cancelling is the one
+update a job takes here)."""
 
 
 SKILL_REF = re.compile(r"(?<![\w@])@skill:([A-Za-z0-9_-]+(?:[.:][A-Za-z0-9_-]+)*)")
@@ -158,6 +225,9 @@ class StopReason(StrEnum):
     """The run used every turn ``max_turns`` allows."""
     DECLINED = "declined"
     ABNORMAL = "abnormal"
+    BUDGET = "budget"
+    """The batch's token or dollar budget (``run --budget-tokens``/``--budget-usd``) was passed:
+    the scheduler cancelled the run, or never started it."""
 
 
 STOP_ERRORS: dict[StopReason, str] = {
@@ -166,6 +236,7 @@ STOP_ERRORS: dict[StopReason, str] = {
     StopReason.TOKEN_LIMIT: "Error: subagent run hit its token limit before finishing",
     StopReason.MAX_TURNS: "Error: subagent run hit its token limit before finishing",
     StopReason.DECLINED: "Error: subagent declined the task",
+    StopReason.BUDGET: "Error: subagent run was cancelled: its batch passed its budget",
 }
 """The exact error text a caller sees for each stop reason but ``abnormal`` (which carries its
 reason) and ``completed`` (no error). A turn limit reads as the token-limit text: callers of the
@@ -242,6 +313,8 @@ class EventType(StrEnum):
     TOOL_CALL_END = "tool_call_end"
     USAGE = "usage"
     PROGRESS = "progress"
+    TODO = "todo"
+    """The clone's whole todo list after a ``todo_write`` call."""
     COMPACTION = "compaction"
     MODEL_FAILOVER = "model_failover"
     MESSAGE_QUEUED = "message_queued"
@@ -249,6 +322,8 @@ class EventType(StrEnum):
     MESSAGE_UNDELIVERED = "message_undelivered"
     RESTARTED = "restarted"
     """The job's clone host died and the clone was started again from its last checkpoint."""
+    BUDGET = "budget"
+    """The scheduler saw its batch's usage pass the batch's budget (on the job whose usage did)."""
     RESULT = "result"
     ERROR = "error"
     FINAL = "_final"
@@ -265,6 +340,7 @@ _LIFECYCLE = frozenset(
         EventType.QUEUED,
         EventType.STARTED,
         EventType.PROGRESS,
+        EventType.TODO,
         EventType.RESULT,
         EventType.ERROR,
         EventType.MODEL_FAILOVER,
@@ -273,6 +349,7 @@ _LIFECYCLE = frozenset(
         EventType.MESSAGE_UNDELIVERED,
         EventType.COMPACTION,
         EventType.RESTARTED,
+        EventType.BUDGET,
     }
 )
 _TOOLS = _LIFECYCLE | {EventType.TOOL_CALL_START, EventType.TOOL_CALL_END}

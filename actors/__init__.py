@@ -30,6 +30,7 @@ from ._tools import Tool as Tool
 from ._tools import ToolContext as ToolContext
 from ._tools import resolve_inside as resolve_inside
 from ._tools import tool_from_function as tool_from_function
+from ._webtools import WebAccess as WebAccess
 
 __all__ = [
     "Delivery",
@@ -57,4 +58,5 @@ __all__ = [
     "open_inside",
     "resolve_inside",
     "tool_from_function",
+    "WebAccess",
 ]

@@ -2,8 +2,8 @@
 
 A checkpoint is what a restarted clone needs to continue the run on another host
 (docs/durability.md): its context, compaction summary, loaded skills, visible tools, exit judge
-counters, usage, turn count, progress, model and failover cursor, warnings and the ids of the
-inbox deliveries already in its context. It holds only dicts with string keys, lists, strings,
+counters, usage, turn count, progress, todo list, model and failover cursor, warnings and the ids
+of the inbox deliveries already in its context. It holds only dicts with string keys, lists, strings,
 numbers, booleans and ``None``, so the scheduler can journal it as msgpack or JSON.
 
 A checkpoint comes back from disk, so :func:`restore` trusts nothing: every field is checked
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..providers import Message, Role, ToolCall, Usage
 from ._exit import ExitJudge
 from ._failover import FailoverModel
+from ._todos import check_todos
 
 if TYPE_CHECKING:
     from ._loop import Clone
@@ -90,8 +91,8 @@ def _tool_call(data: Any) -> ToolCall:
 def snapshot(clone: Clone) -> dict[str, Any]:
     """The clone's state after its latest finished turn, as plain data.
 
-    Lists are copied shallowly; what they hold (strings, message dicts, the progress dict, tool
-    arguments) is never changed in place by the loop, so it is shared rather than copied.
+    Lists are copied shallowly; what they hold (strings, message dicts, the progress dict, the
+    todo list, tool arguments) is never changed in place by the loop, so it is shared rather than copied.
     """
     model = clone.model
     return {
@@ -108,6 +109,7 @@ def snapshot(clone: Clone) -> dict[str, Any]:
         "visible": sorted(clone._visible),
         "judge": clone.judge.export_state(),
         "progress": clone.progress,
+        "todos": clone.todos,
         "model_name": clone.model_name,
         "failover": model.export_cursor() if isinstance(model, FailoverModel) else None,
         "warnings": list(clone.warnings),
@@ -127,6 +129,7 @@ class _Checked:
     visible: set[str]
     judge: ExitJudge
     progress: dict[str, Any] | None
+    todos: list[dict[str, Any]] | None
     model_name: str | None
     failover: dict[str, Any] | None
     warnings: list[str]
@@ -150,6 +153,7 @@ def restore(clone: Clone, state: Any) -> bool:
     clone._summary, clone._loaded_skills = checked.summary, checked.loaded_skills
     clone._visible, clone.judge, clone.progress = checked.visible, checked.judge, checked.progress
     clone.model_name, clone.warnings = checked.model_name, checked.warnings
+    clone.todos = checked.todos
     clone.delivered = checked.delivered
     return True
 
@@ -169,7 +173,7 @@ def _check(clone: Clone, state: Any) -> _Checked:
     judge = ExitJudge(clone.spec.exit_schema)
     judge.restore_state(_typed(state.get("judge"), dict, "judge"))
     skills = _strings(state.get("loaded_skills"), "loaded_skills")
-    progress = state.get("progress")
+    progress, todos = state.get("progress"), state.get("todos")
     return _Checked(
         turns=_count(state.get("turns"), "turns"),
         usage=Usage(
@@ -182,6 +186,7 @@ def _check(clone: Clone, state: Any) -> _Checked:
         visible=set(_strings(state.get("visible"), "visible")) & set(clone.tools),
         judge=judge,
         progress=None if progress is None else _typed(progress, dict, "progress"),
+        todos=None if todos is None else check_todos(todos),
         model_name=_optional_str(state.get("model_name"), "model_name"),
         failover=_optional(state.get("failover"), dict, "failover"),
         warnings=_strings(state.get("warnings"), "warnings"),

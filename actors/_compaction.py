@@ -1,7 +1,7 @@
 """Context compaction: older turns of a clone's context folded into a short summary.
 
 Kept verbatim: the system prompt, injected skills, the task, skills loaded with the ``skill``
-tool, the latest progress snapshot (as a reminder) and the last few messages; an earlier summary
+tool, the latest progress snapshot and todo list (as reminders) and the last few messages; an earlier summary
 is folded into the new one. Pure functions over :class:`~clonefleet.providers.Message` lists.
 """
 
@@ -15,7 +15,7 @@ from ..providers import Message, Role
 
 __all__ = ["compact", "context_tokens"]
 
-_SUMMARY, _PROGRESS = "[summary of earlier work]", "[latest progress]"
+_SUMMARY, _PROGRESS, _TODOS = "[summary of earlier work]", "[latest progress]", "[todo list]"
 _SUMMARY_LINES = 40
 """Most lines of the compaction summary (one per compacted message, about 100 characters each)."""
 
@@ -31,12 +31,14 @@ def compact(
     summary: list[str],
     loaded_skills: Mapping[str, str],
     progress: Any,
+    todos: Any = None,
 ) -> tuple[list[Message], list[str], int] | None:
     """The compacted context, the new summary lines and how many messages were folded in.
 
     ``None`` when there is nothing old enough to fold (only pinned and recent messages).
     """
-    pinned = [m for m in messages if m.pinned and not m.content.startswith((_SUMMARY, _PROGRESS))]
+    reminders = (_SUMMARY, _PROGRESS, _TODOS)
+    pinned = [m for m in messages if m.pinned and not m.content.startswith(reminders)]
     rest = [m for m in messages if not m.pinned]
     keep = _tail_from_user(rest, 4)
     dropped = rest[: len(rest) - len(keep)]
@@ -57,6 +59,8 @@ def compact(
         extra.append(
             Message(role=Role.USER, content=f"{_PROGRESS} {json.dumps(progress)}", pinned=True)
         )
+    if todos:
+        extra.append(Message(role=Role.USER, content=f"{_TODOS} {json.dumps(todos)}", pinned=True))
     return pinned + extra + keep, summary, len(dropped)
 
 

@@ -21,11 +21,12 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ..config import Config
+from ..config import Config, McpServerConfig
 from ..control import JobControl
 from ..providers import SimScript
 from ..vocab import EventType, JobState, Outcome, StopReason, stop_error
 from ._loop import Clone
+from ._mcp import McpManager
 from ._providers import ProviderPool
 from ._spec import CloneSpec, RunResult
 
@@ -59,6 +60,8 @@ class HostCore:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._pools: dict[str, ProviderPool] = {}
+        self.mcp = McpManager()
+        """The MCP servers of this host, shared by all its clones (started on first need)."""
         self.control = control
         self._tasks: dict[str, asyncio.Task[RunResult]] = {}
         self._clones: dict[str, Clone] = {}
@@ -150,12 +153,29 @@ class HostCore:
                 )
                 continue
             self._interval[spec.job_id] = config.durability.checkpoint_interval_s
-            self._tasks[spec.job_id] = asyncio.get_running_loop().create_task(
-                self._run(spec, pool, checkpoints.get(spec.job_id)), name=spec.job_id
+            task = self._tasks[spec.job_id] = asyncio.get_running_loop().create_task(
+                self._run(spec, pool, checkpoints.get(spec.job_id), config.mcp_servers),
+                name=spec.job_id,
             )
+            task.add_done_callback(self._ends_cancelled(spec))
+
+    def _ends_cancelled(self, spec: CloneSpec) -> Callable[[asyncio.Task[RunResult]], None]:
+        return lambda task: self._cancelled_unstarted(spec, task)
+
+    def _cancelled_unstarted(self, spec: CloneSpec, task: asyncio.Task[RunResult]) -> None:
+        # A task cancelled before its first step never ran `_run`, which reports every other
+        # end: its job must still end (a cancel may follow a start at once, as a budget stop's
+        # does).
+        if task.cancelled():
+            result = _cancelled(spec).to_json()
+            self._push(spec.job_id, {"type": _FINAL, "ts": time.time(), "result": result})
 
     async def _run(
-        self, spec: CloneSpec, pool: ProviderPool, resume: Mapping[str, Any] | None
+        self,
+        spec: CloneSpec,
+        pool: ProviderPool,
+        resume: Mapping[str, Any] | None,
+        servers: Mapping[str, McpServerConfig] | None = None,
     ) -> RunResult:
         def emit(event: dict[str, Any], job_id: str = spec.job_id) -> None:
             self._push(job_id, event)
@@ -178,14 +198,22 @@ class HostCore:
             )
 
         try:
+            # Only a clone with MCP servers in sight pays for this (and only its first start).
+            host_tools = (
+                await self.mcp.tools_for(spec, servers or {})
+                if servers or spec.mcp_servers
+                else None
+            )
             clone = Clone(
                 spec,
                 pool.failover_for(spec, on_failover),
+                host_tools=host_tools,
                 emit=emit,
                 checkpoint=checkpoint,
                 inbox=inbox,
                 control=self.control,
                 resume=resume,
+                web=pool.web,
             )
             self._clones[spec.job_id] = clone
             result = await clone.run()
@@ -282,6 +310,7 @@ class HostCore:
         for pool in self._pools.values():
             await pool.aclose()
         self._pools.clear()
+        await self.mcp.aclose()
         if self._render_thread is not None:
             self._render_thread.shutdown(wait=False, cancel_futures=True)
 

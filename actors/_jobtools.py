@@ -89,8 +89,22 @@ _SPECS = {
     ),
     "list_jobs": ToolSpec(
         name="list_jobs",
-        description="List jobs (filter by status, batch, definition, parent) with capacity in use and queued.",
-        parameters=_obj({"status": _S, "batch": _S, "agent": _S, "parent": _S}, []),
+        description=(
+            "List jobs (filter by status, batch, definition, parent) with capacity in use and "
+            "queued and usage totals; pass limit for a page and the reply's next_cursor as cursor "
+            "for the next."
+        ),
+        parameters=_obj(
+            {
+                "status": _S,
+                "batch": _S,
+                "agent": _S,
+                "parent": _S,
+                "cursor": _S,
+                "limit": {"type": "integer", "minimum": 1},
+            },
+            [],
+        ),
     ),
 }
 
@@ -158,6 +172,8 @@ class _Tools:
             batch=_opt(args, "batch"),
             agent=_opt(args, "agent"),
             parent=_opt(args, "parent"),
+            cursor=_opt(args, "cursor"),
+            limit=args.get("limit"),
         )
         return _text(listing)
 

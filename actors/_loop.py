@@ -2,39 +2,34 @@
 
 :class:`Clone` owns one clone's context, tool surface, exit judge and usage; it talks to a
 :class:`~clonefleet.actors.Model` (usually a :class:`FailoverModel`) and reports through an
-``emit`` callback. It knows nothing of actors, the scheduler or the journal.
+``emit`` callback. It knows nothing of actors, the scheduler or the journal. The control tools'
+work is in ``_controltools``, how a run ends in ``_ending``, and the state behind the stateful
+work tools (todo list, background shells) in ``_services``, made on the first tool call.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..control import JobControl
 from ..errors import AllModelsFailed, ModelError, ToolRetry
-from ..providers import Message, Model, ModelRequest, ModelResponse, Role, ToolCall, ToolSpec, Usage
-from ..vocab import (
-    SPAWN_TOOLS,
-    EventType,
-    JobState,
-    Outcome,
-    StopReason,
-    canonical_tool,
-    skill_refs,
-    stop_error,
-)
+from ..providers import Message, Model, ModelRequest, ModelResponse, Role, ToolCall, Usage
+from ..vocab import SPAWN_TOOLS, EventType, Outcome, StopReason, canonical_tool, skill_refs
 from ._checkpoint import restore, snapshot
 from ._compaction import compact, context_tokens
 from ._control_specs import CONTROL_SPECS
+from ._controltools import exit_spec, load_skill, skill_spec, tool_search
+from ._ending import SALVAGE_WARNING, Ending, run_result
 from ._exit import ExitJudge, Verdict
 from ._jobtools import job_tools
+from ._services import CloneServices, Todos
 from ._spec import CloneSpec, RunResult
 from ._tools import WORK_TOOL_TABLE, Tool, ToolContext, check_arguments
+from ._webtools import WebAccess
 
 __all__ = ["BASE_PROMPT", "Clone", "Emit"]
 
@@ -48,17 +43,6 @@ BASE_PROMPT = (
     "inside your launch directory. Use `progress_update` for brief status snapshots; they are not "
     "a result channel. When the task is done, call `exit_tool` with your result."
 )
-
-
-@dataclass(slots=True)
-class _Ending:
-    """How the run ends, decided by a step; ``None`` fields keep defaults."""
-
-    reason: StopReason
-    result: Any = None
-    outcome: str | None = None
-    detail: str = ""
-    salvaged: bool = False
 
 
 class Clone:
@@ -77,6 +61,8 @@ class Clone:
             or malformed is ignored with a warning (a fresh start).
         host_tools: tools the clone host provides and the clone is granted (its MCP servers'),
             by name.
+        web: the host's way to the web (config ``web``); without it ``web_fetch`` and
+            ``web_search`` answer that they are not configured.
 
     The ``skill`` tool is offered when the clone has skills to load: ``skill_catalog`` maps a
     name to ``(description, body)``, read from ``spec.available_skills``.
@@ -97,10 +83,15 @@ class Clone:
         control: JobControl | None = None,
         resume: Mapping[str, Any] | None = None,
         host_tools: Mapping[str, Tool] | None = None,
+        web: WebAccess | None = None,
     ) -> None:
         self.spec, self.model = spec, model
         self._control = control
         self._host_tools = dict(host_tools or {})
+        self._web = web
+        self._services: CloneServices | None = None
+        """State of the stateful tools (todo list, background shells), made on first use."""
+        self._context: ToolContext | None = None
         self._emit_fn = emit or (lambda event: None)
         self._inbox, self._checkpoint, self._clock = inbox, checkpoint, clock
         self.tools = self._tool_table()
@@ -172,6 +163,28 @@ class Clone:
         """Mark the coming cancellation as ours (so it ends ``cancelled``, not abnormal)."""
         self._cancel_requested = True
 
+    @property
+    def todos(self) -> Todos | None:
+        """The latest list of ``todo_write`` (``None`` before its first call)."""
+        return None if self._services is None else self._services.todos
+
+    @todos.setter
+    def todos(self, todos: Todos | None) -> None:
+        if todos is not None or self._services is not None:
+            self._tool_context().clone_services("todo_write").todos = todos
+
+    def _tool_context(self) -> ToolContext:
+        """What the work tools may touch, made on the first tool call (a clone that calls no
+        tool pays nothing for it)."""
+        if self._context is None:
+            self._services = CloneServices(
+                on_todos=lambda todos: self._emit(EventType.TODO, todos=todos)
+            )
+            self._context = ToolContext(
+                root=Path(self.spec.cwd), web=self._web, services=self._services
+            )
+        return self._context
+
     # -- the loop ------------------------------------------------------------------------
     async def run(self) -> RunResult:
         """Run the clone to its end.
@@ -204,14 +217,18 @@ class Clone:
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()  # ours, and handled: outer timeouts must not see it
-            ending = _Ending(StopReason.CANCELLED, outcome=Outcome.CANCELLED)
+            ending = Ending(StopReason.CANCELLED, outcome=Outcome.CANCELLED)
         except AllModelsFailed as exc:
-            ending = _Ending(StopReason.FAILED, detail=str(exc))
+            ending = Ending(StopReason.FAILED, detail=str(exc))
         except Exception as exc:  # a bug in a tool or the loop must still end the job
-            ending = _Ending(StopReason.ABNORMAL, detail=f"{type(exc).__name__}: {exc}")
+            ending = Ending(StopReason.ABNORMAL, detail=f"{type(exc).__name__}: {exc}")
+        finally:
+            if self._services is not None:
+                # However the run ends (an outer cancel included): no background shell outlives it.
+                await self._services.aclose()
         return self._finish(ending)
 
-    async def _turns(self) -> _Ending:
+    async def _turns(self) -> Ending:
         ending = self._budget_check() if self.resumed else None
         while ending is None:
             await self._take_deliveries()
@@ -248,11 +265,11 @@ class Clone:
 
     async def _call_model(self) -> ModelResponse:
         visible = [self.tools[n].spec for n in sorted(self._visible)]
-        control = [CONTROL_SPECS["progress_update"], self._exit_spec()]
+        control = [CONTROL_SPECS["progress_update"], exit_spec(self.spec.exit_schema)]
         if set(self.tools) - self._visible:
             control.append(CONTROL_SPECS["tool_search"])
         if self.skill_catalog:
-            control.append(self._skill_spec())
+            control.append(skill_spec(self.skill_catalog))
         req = ModelRequest(
             model=self.model_name or "",
             messages=tuple(self.messages),
@@ -284,35 +301,19 @@ class Clone:
             self._emit(EventType.ASSISTANT, text=response.text[:2000])
         return response
 
-    def _skill_spec(self) -> ToolSpec:
-        listing = "; ".join(f"{n}: {d}" for n, (d, _) in sorted(self.skill_catalog.items()))
-        base = CONTROL_SPECS["skill"]
-        return ToolSpec(
-            name="skill",
-            description=f"{base.description} Available: {listing}",
-            parameters=base.parameters,
-        )
-
-    def _exit_spec(self) -> ToolSpec:
-        return ToolSpec(
-            name="exit_tool",
-            description="Finish the task and return your result.",
-            parameters=self.spec.exit_schema,
-        )
-
-    def _decide(self, response: ModelResponse) -> _Ending | None:
+    def _decide(self, response: ModelResponse) -> Ending | None:
         if response.refusal:
-            return _Ending(StopReason.DECLINED, detail=response.text)
+            return Ending(StopReason.DECLINED, detail=response.text)
         if response.tool_calls:
             return None
         if self.spec.exit_schema_declared:
             self.warnings.append(
                 "the subagent finished without calling exit_tool: the declared structured result was not produced"
             )
-        return _Ending(StopReason.COMPLETED, result=response.text, outcome=Outcome.SUCCESS)
+        return Ending(StopReason.COMPLETED, result=response.text, outcome=Outcome.SUCCESS)
 
-    async def _run_tools(self, calls: Sequence[ToolCall]) -> _Ending | None:
-        ending: _Ending | None = None
+    async def _run_tools(self, calls: Sequence[ToolCall]) -> Ending | None:
+        ending: Ending | None = None
         parallel = [c for c in calls if c.name in self.tools and self.tools[c.name].parallel_safe]
         results: dict[str, Message] = {}
         if len(parallel) > 1:
@@ -351,9 +352,10 @@ class Clone:
         if call.name == "progress_update":
             return self._progress(call.arguments)
         if call.name == "tool_search":
-            return self._tool_search(str(call.arguments.get("query", "")))
+            return tool_search(str(call.arguments.get("query", "")), self.tools, self._visible)
         if call.name == "skill" and self.skill_catalog:
-            return self._load_skill(str(call.arguments.get("name", "")))
+            name = str(call.arguments.get("name", ""))
+            return load_skill(name, self.skill_catalog, self._loaded_skills)
         if call.name == "switch_facet":
             raise ToolRetry(
                 "switch_facet is not available to subagents: a subagent's facet is fixed for the run"
@@ -365,61 +367,26 @@ class Clone:
         if call.name in WORK_TOOL_TABLE:
             check_arguments(tool, call.arguments)
         self.spec.policy.check(call.name, call.arguments)
-        return await tool.run(call.arguments, ToolContext(root=Path(self.spec.cwd)))
+        return await tool.run(call.arguments, self._tool_context())
 
     def _progress(self, args: dict[str, Any]) -> str:
         self.progress = dict(args)
         self._emit(EventType.PROGRESS, progress=self.progress)
         return "progress recorded"
 
-    def _tool_search(self, query: str) -> str:
-        """Find deferred tools: ``select:a,b`` names them exactly, else any word of the query
-        matching a tool's name or description. Found tools become callable from the next turn."""
-        deferred = {n: t for n, t in self.tools.items() if n not in self._visible}
-        q = query.strip()
-        if q.lower().startswith("select:"):
-            wanted = {w.strip() for w in q[7:].split(",")}
-            found = [t for n, t in deferred.items() if n in wanted]
-        else:
-            words = [w for w in q.lower().split() if w]
-            found = [
-                t
-                for n, t in deferred.items()
-                if any(w in n.lower() or w in t.spec.description.lower() for w in words)
-            ]
-        self._visible.update(t.name for t in found)
-        if not found:
-            names = ", ".join(sorted(deferred)) or "none"
-            return f"no deferred tool matches {query!r}; deferred tools: {names}"
-        return json.dumps(
-            [
-                {"name": t.name, "description": t.spec.description, "parameters": t.spec.parameters}
-                for t in found
-            ]
-        )
-
-    def _load_skill(self, name: str) -> str:
-        if name not in self.skill_catalog:
-            raise ToolRetry(
-                f"unknown skill {name!r}; available: {', '.join(sorted(self.skill_catalog))}"
-            )
-        body = self.skill_catalog[name][1]
-        self._loaded_skills[name] = body
-        return f"[skill {name}]\n{body}"
-
-    async def _exit_call(self, call: ToolCall) -> tuple[Message, _Ending | None]:
+    async def _exit_call(self, call: ToolCall) -> tuple[Message, Ending | None]:
         self._emit(EventType.TOOL_CALL_START, tool="exit_tool", call_id=call.id)
         # Off the event loop: the check is bounded (docs/definitions.md) but may take seconds.
         decision = await self.judge.judge_off_loop(call.arguments)
-        ending: _Ending | None = None
+        ending: Ending | None = None
         if decision.verdict is Verdict.ACCEPT:
-            ending = _Ending(StopReason.COMPLETED, result=call.arguments, outcome=decision.outcome)
+            ending = Ending(StopReason.COMPLETED, result=call.arguments, outcome=decision.outcome)
         elif decision.verdict is Verdict.SALVAGE:
-            ending = _Ending(
+            ending = Ending(
                 StopReason.COMPLETED, result=call.arguments, outcome=Outcome.SUCCESS, salvaged=True
             )
         elif decision.verdict is Verdict.BREAK:
-            ending = _Ending(StopReason.ABNORMAL, detail=decision.error or "no progress")
+            ending = Ending(StopReason.ABNORMAL, detail=decision.error or "no progress")
         is_error = decision.verdict in (Verdict.RETRY, Verdict.BREAK)
         self._emit(EventType.TOOL_CALL_END, tool="exit_tool", call_id=call.id, is_error=is_error)
         text = decision.error if is_error else "accepted"
@@ -431,11 +398,11 @@ class Clone:
             is_error=is_error,
         ), ending
 
-    def _budget_check(self) -> _Ending | None:
+    def _budget_check(self) -> Ending | None:
         if self.turns >= self.spec.max_turns:
-            return _Ending(StopReason.MAX_TURNS, detail=f"max_turns {self.spec.max_turns}")
+            return Ending(StopReason.MAX_TURNS, detail=f"max_turns {self.spec.max_turns}")
         if self.spec.max_tokens is not None and self.usage.total_tokens >= self.spec.max_tokens:
-            return _Ending(StopReason.TOKEN_LIMIT, detail=f"token budget {self.spec.max_tokens}")
+            return Ending(StopReason.TOKEN_LIMIT, detail=f"token budget {self.spec.max_tokens}")
         return None
 
     # -- compaction ----------------------------------------------------------------------
@@ -452,47 +419,26 @@ class Clone:
             summary=self._summary,
             loaded_skills=self._loaded_skills,
             progress=self.progress,
+            todos=self.todos,
         )
         if done is not None:
             self.messages, self._summary, dropped = done
             self._emit(EventType.COMPACTION, dropped=dropped, tokens=self.context_tokens())
 
     # -- ending --------------------------------------------------------------------------
-    def _finish(self, ending: _Ending) -> RunResult:
-        reason = ending.reason
-        completed = reason is StopReason.COMPLETED
-        status = {
-            StopReason.COMPLETED: JobState.COMPLETED,
-            StopReason.CANCELLED: JobState.CANCELLED,
-        }.get(reason, JobState.FAILED)
-        outcome = (
-            ending.outcome
-            if completed
-            else (Outcome.CANCELLED if reason is StopReason.CANCELLED else Outcome.FAILURE)
-        )
-        concerns = ("exit payload salvaged after unrecognised status",) if ending.salvaged else ()
+    def _finish(self, ending: Ending) -> RunResult:
         if ending.salvaged:
-            self.warnings.append("exit payload salvaged: status outside the recognised families")
-        result = RunResult(
-            job_id=self.spec.job_id,
-            batch_id=self.spec.batch_id,
-            agent=self.spec.agent,
-            clone_index=self.spec.clone_index,
-            status=status,
-            stop_reason=reason,
-            outcome=str(outcome) if outcome is not None else None,
-            result=ending.result if completed else None,
-            salvaged=ending.salvaged,
-            nonconforming=ending.salvaged,
-            concerns=concerns,
+            self.warnings.append(SALVAGE_WARNING)
+        result = run_result(
+            self.spec,
+            ending,
             warnings=tuple(self.warnings),
-            error=stop_error(reason, ending.detail),
             model=self.model_name,
             turns=self.turns,
-            usage=self.usage.to_json(),
+            usage=self.usage,
         )
-        if not completed and ending.detail:
-            self._emit(EventType.ERROR, stop_reason=str(reason), detail=ending.detail[:2000])
+        if ending.reason is not StopReason.COMPLETED and ending.detail:
+            self._emit(EventType.ERROR, stop_reason=str(ending.reason), detail=ending.detail[:2000])
         self._emit(
             EventType.RESULT,
             **{

@@ -1,7 +1,8 @@
 """Provider pool: one live model client per provider per process, and per-clone failover models.
 
 A clone host builds one :class:`ProviderPool` and shares it across every clone it hosts, so a
-thousand clones share one HTTP connection pool instead of opening a thousand.
+thousand clones share one HTTP connection pool instead of opening a thousand. It also holds the
+clones' way to the web (:attr:`ProviderPool.web`), for the same reason.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from ..config import Config, ProviderConfig
 from ..providers import Model, SimBrain, SimScript, SimulatedModel
 from ._failover import Candidate, FailoverModel, OnFailover
 from ._spec import CloneSpec
+from ._webtools import WebAccess
 
 __all__ = ["ProviderPool"]
 
@@ -24,6 +26,16 @@ class ProviderPool:
         self.sim_script = sim_script
         self._models: dict[str, Model] = {}
         self._closers: list[Callable[[], object]] = []
+        self._web: WebAccess | None = None
+
+    @property
+    def web(self) -> WebAccess | None:
+        """The config's ``web`` section and its shared HTTP client for the clones' web tools;
+        ``None`` while the config turns on neither tool."""
+        web = self.config.web
+        if self._web is None and (web.fetch_enabled or web.search_enabled):
+            self._web = WebAccess(web)
+        return self._web
 
     def provider_model(self, provider_name: str) -> Model:
         """The shared :class:`Model` for a provider entry of the config."""
@@ -69,6 +81,9 @@ class ProviderPool:
     async def aclose(self) -> None:
         """Close every client this pool opened; closing twice is harmless."""
         closers, self._closers = self._closers, []
+        web, self._web = self._web, None
+        if web is not None:
+            closers.append(web.aclose)
         for close in closers:
             result = close()
             if hasattr(result, "__await__"):

@@ -5,12 +5,25 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..errors import ToolRetry
 from ..providers import ToolSpec
 from ._bounded import Budget, run_bounded
 
-__all__ = ["MAX_ENTRIES", "MAX_HITS", "MAX_OUTPUT", "Tool", "ToolContext", "ToolFn", "off_loop"]
+if TYPE_CHECKING:
+    from ._services import CloneServices
+    from ._webtools import WebAccess
+
+__all__ = [
+    "MAX_ENTRIES",
+    "MAX_HITS",
+    "MAX_OUTPUT",
+    "Tool",
+    "ToolContext",
+    "ToolFn",
+    "off_loop",
+]
 
 MAX_OUTPUT = 64 * 1024
 """Bytes of a file (``file_read``, each file ``grep`` reads) or of a command's output kept."""
@@ -37,6 +50,22 @@ class ToolContext:
     """Longest one regular-expression search over one line may take in ``grep``, in seconds."""
     max_visits: int = 100_000
     """Directory entries one ``glob`` or ``grep`` call may look at."""
+    web: WebAccess | None = None
+    """The clone host's way to the web (config ``web`` and one shared HTTP client); ``None``:
+    ``web_fetch`` and ``web_search`` answer that they are not configured."""
+    services: CloneServices | None = None
+    """The clone's own state behind the stateful tools (its todo list, its background shells);
+    ``None`` outside a clone, where those tools answer an error."""
+
+    def clone_services(self, tool: str) -> CloneServices:
+        """The clone's services, for a tool that keeps state between calls.
+
+        Raises:
+            ToolRetry: the tool runs outside a clone.
+        """
+        if self.services is None:
+            raise ToolRetry(f"{tool} keeps state per clone and is not available here")
+        return self.services
 
 
 ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[str]]

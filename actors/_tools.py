@@ -3,15 +3,21 @@
 This module holds the table of the work tools (their model-facing specs and the coroutines that
 run them) and re-exports :class:`Tool`, :class:`ToolContext` and :func:`tool_from_function`. The
 tools themselves live by responsibility: ``_filetools`` (read, write, edit, list), ``_search``
-(glob, grep), ``_shell`` and ``_functool`` (Python functions as tools); ``_toolbase`` holds the
-shared types and ``_bounded`` runs their work off the event loop under a deadline.
+(glob, grep), ``_shell`` and ``_bgshell`` (commands, background shells), ``_notebook``
+(``notebook_edit``), ``_todos`` (``todo_write``), ``_webtools`` (``web_fetch``, ``web_search``)
+and ``_functool`` (Python functions as tools); ``_toolbase`` holds the shared types, ``_services``
+a clone's state behind the stateful tools, and ``_bounded`` runs work off the event loop under a
+deadline.
 
 Every path goes through the launch-directory sandbox of ``_sandbox`` (the check, then an open that
 follows no symbolic link and refuses a file with more than one hard link). Control tools
-(``exit_tool``, ``progress_update``, ``tool_search``, ``skill``) live in the agent loop.
+(``exit_tool``, ``progress_update``, ``tool_search``, ``skill``) are run by the agent loop
+(``_loop``, ``_controltools``).
 
-The ``shell`` tool starts in the launch directory but is not otherwise confined: a command can
-read or write anything the host process can. Grant it only where that is acceptable.
+The ``shell`` tool (and a background shell) starts in the launch directory but is not otherwise
+confined: a command can read or write anything the host process can. Grant it only where that is
+acceptable. ``web_fetch`` and ``web_search`` answer an error until the config's ``web`` section
+turns them on.
 """
 
 from __future__ import annotations
@@ -23,12 +29,16 @@ import jsonschema
 from ..errors import ToolRetry
 from ..providers import ToolSpec
 from ..vocab import WORK_TOOLS
+from ._bgshell import shell_kill_tool, shell_output_tool
 from ._filetools import edit_tool, list_tool, read_tool, write_tool
 from ._functool import tool_from_function
+from ._notebook import CELL_TYPES, EDIT_MODES, notebook_tool
 from ._sandbox import resolve_inside
 from ._search import glob_tool, grep_tool
 from ._shell import shell_tool
+from ._todos import TODO_SCHEMA, todo_tool
 from ._toolbase import Tool, ToolContext, ToolFn
+from ._webtools import web_fetch_tool, web_search_tool
 
 __all__ = [
     "check_arguments",
@@ -70,6 +80,27 @@ _GREP = {
     "pattern": _s("Python regular expression"),
     "include": _s("file-name glob, e.g. *.py"),
     "path": _DIR,
+}
+_SHELL = {
+    "command": _s("command for /bin/sh"),
+    "run_in_background": {
+        "type": "boolean",
+        "description": "start it in the background and return its shell_id at once",
+    },
+    "description": _s("a few words on what the command does (not used)"),
+}
+_FILTER = "regular expression: only matching lines are shown (the others are consumed)"
+_NOTEBOOK = {
+    "path": _s("the .ipynb file, relative to the launch directory"),
+    "cell_id": _s("the cell's id (insert: the new cell goes after it)"),
+    "cell_number": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "0-based cell index (insert: the new cell's position)",
+    },
+    "new_source": _s("the cell's new source (not needed to delete)"),
+    "cell_type": {"type": "string", "enum": list(CELL_TYPES)},
+    "edit_mode": {"type": "string", "enum": list(EDIT_MODES), "description": "default replace"},
 }
 _TABLE: dict[str, Tool] = {
     t.name: t
@@ -129,11 +160,68 @@ _TABLE: dict[str, Tool] = {
         Tool(
             spec=_spec(
                 "shell",
-                "Run a shell command; it starts in the launch directory.",
-                {"command": _s("command for /bin/sh")},
+                "Run a shell command; it starts in the launch directory. With run_in_background "
+                "it returns a shell_id at once: read its output with shell_output.",
+                _SHELL,
                 ["command"],
             ),
             run=shell_tool,
+        ),
+        Tool(
+            spec=_spec(
+                "shell_output",
+                "Read a background shell's new output since the last read, with its status.",
+                {"shell_id": _s("the id shell returned"), "filter": _s(_FILTER)},
+                ["shell_id"],
+            ),
+            run=shell_output_tool,
+        ),
+        Tool(
+            spec=_spec(
+                "shell_kill",
+                "Stop a background shell (its whole process group).",
+                {"shell_id": _s("the id shell returned")},
+                ["shell_id"],
+            ),
+            run=shell_kill_tool,
+        ),
+        Tool(
+            spec=_spec(
+                "notebook_edit",
+                "Replace, insert or delete one cell of a Jupyter notebook (.ipynb).",
+                _NOTEBOOK,
+                ["path"],
+            ),
+            run=notebook_tool,
+        ),
+        Tool(
+            spec=_spec(
+                "todo_write",
+                "Replace your whole todo list (plan and track multi-step work; the caller sees it).",
+                {"todos": TODO_SCHEMA},
+                ["todos"],
+            ),
+            run=todo_tool,
+        ),
+        Tool(
+            spec=_spec(
+                "web_fetch",
+                "Fetch a web page (allowed hosts only) and return it as text/Markdown.",
+                {"url": _s("http(s) URL"), "prompt": _s("what to look for in the page")},
+                ["url"],
+            ),
+            run=web_fetch_tool,
+            parallel_safe=True,
+        ),
+        Tool(
+            spec=_spec(
+                "web_search",
+                "Search the web; returns [{title, url, snippet}].",
+                {"query": _s("search terms"), "max_results": {"type": "integer", "minimum": 1}},
+                ["query"],
+            ),
+            run=web_search_tool,
+            parallel_safe=True,
         ),
     )
 }

@@ -31,6 +31,8 @@ _SUBPACKAGES = (
     "cluster",
     "testing",
     "journal",
+    "permissions",
+    "dashboard",
 )
 _DATA = ("definitions/shipped/*.md", "definitions/fragments/*.md", "cluster/*.yaml")
 KEEP_SNAPSHOTS = 3

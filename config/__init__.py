@@ -10,7 +10,8 @@ file (the third) may not add a network provider or change a provider's ``base_ur
 ``api_key_env`` unless its folder is in the trust records (``clonefleet trust``, ``trust.py``).
 
 Modules: ``_model`` (the schema), ``_load`` (finding and reading), ``_trust`` (trust records of
-project folders), ``_files`` (bounded reading of user files and YAML).
+project folders), ``_files`` (bounded reading of user files and YAML), ``_web`` (the ``web``
+section: the web tools' allow-list, caps and search backend), ``_mcp`` (an MCP server entry).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from ._load import find_config_path as find_config_path
 from ._load import find_config_source as find_config_source
 from ._load import load_config as load_config
 from ._load import load_config_from as load_config_from
+from ._mcp import MCP_SERVER_NAME as MCP_SERVER_NAME
+from ._mcp import McpServerConfig as McpServerConfig
+from ._mcp import McpServers as McpServers
+from ._mcp import check_mcp_server_name as check_mcp_server_name
 from ._model import ANTHROPIC_BASE_URL as ANTHROPIC_BASE_URL
 from ._model import ANTHROPIC_KEY_ENV as ANTHROPIC_KEY_ENV
 from ._model import Config as Config
@@ -44,10 +49,16 @@ from ._model import check_base_url as check_base_url
 from ._model import provider_route as provider_route
 from ._model import shown_url as shown_url
 from ._model import usage_cost as usage_cost
+from ._permissions import PermissionsConfig as PermissionsConfig
+from ._trust import mcp_change as mcp_change
 from ._trust import needs_trust as needs_trust
 from ._trust import provider_change as provider_change
 from ._trust import read_trust_records as read_trust_records
 from ._trust import trust_file as trust_file
+from ._trust import web_change as web_change
+from ._web import WebConfig as WebConfig
+from ._web import WebSearchConfig as WebSearchConfig
+from ._web import domain_allowed as domain_allowed
 
 __all__ = [
     "ANTHROPIC_BASE_URL",
@@ -59,19 +70,28 @@ __all__ = [
     "DurabilityConfig",
     "LimitsConfig",
     "MAX_CONFIG_BYTES",
+    "MCP_SERVER_NAME",
+    "McpServerConfig",
+    "McpServers",
     "ModelConfig",
+    "PermissionsConfig",
     "PriceConfig",
     "ProviderConfig",
     "SimulatedOptions",
+    "WebConfig",
+    "WebSearchConfig",
     "YAML_MAX_DEPTH",
     "YAML_MAX_EXPANDED",
     "YAML_MAX_INT_BITS",
     "YAML_MAX_NODES",
     "check_base_url",
+    "check_mcp_server_name",
+    "domain_allowed",
     "find_config_path",
     "find_config_source",
     "load_config",
     "load_config_from",
+    "mcp_change",
     "needs_trust",
     "printable",
     "provider_change",
@@ -82,5 +102,6 @@ __all__ = [
     "shown_url",
     "trust_file",
     "usage_cost",
+    "web_change",
     "yaml_problem",
 ]

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from ..errors import ConfigError
 from ._files import MAX_CONFIG_BYTES, printable, read_regular_file, safe_load_yaml, yaml_problem
 from ._model import Config, ConfigSource, provider_route, shown_url
-from ._trust import needs_trust, provider_change, read_trust_records
+from ._trust import mcp_change, needs_trust, provider_change, read_trust_records, web_change
 
 __all__ = ["find_config_path", "find_config_source", "load_config", "load_config_from"]
 
@@ -125,6 +125,15 @@ def _check_project(config: Config, source: ConfigSource) -> ConfigSource:
             printable(source.path or ""),
             "durability.journal_dir",
         )
+    if (web_key := web_change(config)) is not None:
+        raise ConfigError(
+            f"this project's config is not trusted: it sets {web_key}, which says where web_fetch "
+            "may send requests and what web_search runs; a project's config may not set `web` "
+            f"until you trust its folder: run `clonefleet trust {printable(shlex.quote(source.project_dir or '.'))}`",
+            printable(source.path or ""),
+            web_key,
+        )
+    _check_mcp(config, source)
     own = Config().providers
     names = [n for n in sorted(config.declared_providers) if needs_trust(config, own, n)]
     if names and (glob := _global_config_path()).is_file():
@@ -145,4 +154,30 @@ def _check_project(config: Config, source: ConfigSource) -> ConfigSource:
         f"if you do, run `clonefleet trust {printable(shlex.quote(source.project_dir or '.'))}`",
         printable(source.path or ""),
         printable(f"providers.{name}" + (f".{change}" if change else "")),
+    )
+
+
+def _check_mcp(config: Config, source: ConfigSource) -> None:
+    """Refuse an untrusted project config whose MCP servers are not the very same as in the
+    user's own (global) config: a stdio server is a command every clone host would run."""
+    if not config.mcp_servers:
+        return
+    glob = _global_config_path()
+    own = _read_config(glob).mcp_servers if glob.is_file() else {}
+    name = mcp_change(config, own)
+    if name is None:
+        return
+    entry = config.mcp_servers[name]
+    what = (
+        f"run the command {shlex.join(entry.argv)!r}"
+        if entry.url is None
+        else f"send requests to '{shown_url(entry.url)}'"
+    )
+    raise ConfigError(
+        f"this project's config is not trusted: its MCP server {name!r} would make every clone "
+        f"host {printable(what)}, and your own config has no such server. A project's config may "
+        "not add or change an MCP server until you trust its folder; if you do, run "
+        f"`clonefleet trust {printable(shlex.quote(source.project_dir or '.'))}`",
+        printable(source.path or ""),
+        printable(f"mcp_servers.{name}"),
     )

@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from ..errors import ConfigError
 from ._files import printable
+from ._mcp import McpServers
+from ._permissions import PermissionsConfig
+from ._web import WebConfig
 
 _STRICT = ConfigDict(frozen=True, extra="forbid")
 
@@ -179,8 +182,15 @@ class Config(BaseModel):
     limits: LimitsConfig = LimitsConfig()
     discovery: DiscoveryConfig = DiscoveryConfig()
     durability: DurabilityConfig = DurabilityConfig()
+    permissions: PermissionsConfig = PermissionsConfig()
+    """Allow and deny rules for every clone and its subagents (docs/permissions.md)."""
+    web: WebConfig = WebConfig()
+    """The ``web_fetch`` and ``web_search`` tools; both off by default (``_web``)."""
     subagents: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Inline definitions: ``subagents.<name>`` beats every file of that name."""
+    mcp_servers: McpServers = Field(default_factory=dict)
+    """MCP servers every clone may use, by name (``docs/mcp.md``); a project's file may not
+    add or change one until its folder is trusted."""
     path: str | None = None
     """The file this config came from (``None`` for built-in defaults)."""
     _declared: frozenset[str] = PrivateAttr(default=frozenset())

@@ -7,15 +7,24 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import ConfigError
 from ._files import MAX_CONFIG_BYTES, printable, read_regular_file
+from ._mcp import McpServerConfig
 from ._model import Config, ProviderConfig, provider_route
 
 # -- trust: the project folders whose config may name providers (``clonefleet trust``) -------
 
-__all__ = ["needs_trust", "provider_change", "read_trust_records", "trust_file"]
+__all__ = [
+    "mcp_change",
+    "needs_trust",
+    "provider_change",
+    "read_trust_records",
+    "trust_file",
+    "web_change",
+]
 
 
 def trust_file() -> Path:
@@ -65,3 +74,21 @@ def provider_change(entry: ProviderConfig, mine: ProviderConfig | None) -> str |
 
 def needs_trust(config: Config, own: dict[str, ProviderConfig], name: str) -> bool:
     return provider_change(config.providers[name], own.get(name)) is not None
+
+
+def mcp_change(config: Config, own: Mapping[str, McpServerConfig]) -> str | None:
+    """The first MCP server the config adds or changes against the user's own servers of
+    ``own`` (its global config's), or ``None``. A stdio server is a command the clone hosts run
+    and a URL server is where they send requests, so either needs trust."""
+    return next((n for n, s in sorted(config.mcp_servers.items()) if own.get(n) != s), None)
+
+
+def web_change(config: Config) -> str | None:
+    """The first ``web.*`` key the config's file sets (``web.allow_domains``, ...), or ``None``.
+
+    Any of them needs trust: the section says where ``web_fetch`` may send requests and which
+    search API or Python function ``web_search`` runs."""
+    if "web" not in config.model_fields_set:
+        return None
+    keys = sorted(config.web.model_fields_set)
+    return f"web.{keys[0]}" if keys else "web"

@@ -34,6 +34,7 @@ from ._python import unregister as unregister
 from ._render import render_batch as render_batch
 from ._render import render_template as render_template
 from ._report import agents_report as agents_report
+from ._report import validate_lines as validate_lines
 from ._report import validate_report as validate_report
 from ._skills import Skill as Skill
 from ._skills import SkillCatalog as SkillCatalog
@@ -41,6 +42,9 @@ from ._skills import find_skill_refs as find_skill_refs
 from ._skills import load_skills as load_skills
 from ._skills import resolve_skill_refs as resolve_skill_refs
 from ._skills import skill_allowed as skill_allowed
+from ._tool_report import Effective as Effective
+from ._tool_report import definition_tools as definition_tools
+from ._tool_report import tool_resolution as tool_resolution
 
 __all__ = [
     "DEFAULT_EXIT_SCHEMA",
@@ -52,6 +56,7 @@ __all__ = [
     "CloneInfo",
     "Definition",
     "Dialect",
+    "Effective",
     "InjectedSkill",
     "LoadFailure",
     "LoadReason",
@@ -61,6 +66,7 @@ __all__ = [
     "SkillCatalog",
     "agents_report",
     "check_exit_schema",
+    "definition_tools",
     "exit_schema_enum_warnings",
     "find_skill_refs",
     "load_catalog",
@@ -75,6 +81,8 @@ __all__ = [
     "resolve_skill_refs",
     "skill_allowed",
     "subagent_search_path",
+    "tool_resolution",
     "unregister",
+    "validate_lines",
     "validate_report",
 ]

@@ -9,12 +9,13 @@ declared exit schema (``_exit_schema``) and makes the :class:`Definition`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError
 
 from ._exit_schema import check_exit_schema, exit_schema_enum_warnings
+from ._mcp import read_mcp_servers
 from ._model import Definition, Dialect
 from ._parse import NAMESPACE_KEYS, RawDefinition
 from ._rules import (
@@ -22,6 +23,8 @@ from ._rules import (
     broken_rules,
     check_expected_name,
     check_name,
+    claude_permissions,
+    claude_spawn,
     pydantic_error,
     raise_broken,
     rule_error,
@@ -31,10 +34,11 @@ from ._rules import (
 __all__ = ["build_definition", "build_python"]
 
 _CLAUDE_USED_KEYS = frozenset(
-    {"name", "description", "tools", "disallowedTools", "model", "maxTurns", "skills"}
+    {"name", "description", "tools", "disallowedTools", "model", "maxTurns", "skills", "mcpServers"}
+    | {"permissions"}
 )
 _CLAUDE_QUIET_KEYS = frozenset({"color"})
-_CLAUDE_UNSUPPORTED_KEYS = frozenset({"mcpServers", "hooks", "permissionMode"})
+_CLAUDE_UNSUPPORTED_KEYS = frozenset({"hooks", "permissionMode"})
 _NATIVE_TOP_KEYS = frozenset({"name", "description", *NAMESPACE_KEYS})
 
 
@@ -69,7 +73,7 @@ def _key_names(prefix: str = "") -> dict[str, str]:
 def _assemble(read: _Read, dialect: Dialect, path: str | None) -> Definition:
     """Normalise the tool lists, apply every rule, check the exit schema; make the definition."""
     keys, warnings = read.keys, list(read.warnings)
-    tools = tool_lists(keys, read.key_names, warnings)
+    tools = tool_lists(keys, read.key_names, warnings, strict=dialect is not Dialect.CLAUDE)
     model = keys.model.strip() if keys.model is not None else None
     raise_broken(broken_rules(tools, keys, model, read.key_names), path)
     schema = None
@@ -95,9 +99,14 @@ def _assemble(read: _Read, dialect: Dialect, path: str | None) -> Definition:
         else keys.auto_facet_hint,
         inherit_tools=keys.inherit_tools,
         allow_subagent_spawn=keys.allow_subagent_spawn,
+        permissions=replace(tools.rules, source=f"definition {read.name}"),
+        tools_requested=None
+        if keys.tools is None
+        else tuple(dict.fromkeys(t.strip() for t in keys.tools if t.strip())),
         exit_tool_schema=schema,
         max_turns=keys.max_turns,
         max_tokens=keys.max_tokens,
+        mcp_servers=read_mcp_servers(keys.mcp_servers, read.key_names["mcp_servers"], path),
         templated=dialect is Dialect.NATIVE,
         warnings=tuple(dict.fromkeys(warnings)),
         extra_keys=read.extra_keys,
@@ -237,19 +246,25 @@ def _read_claude(raw: RawDefinition, stem: str | None, shipped: bool) -> _Read:
         description = ""
     tools = _claude_tools(fm, path, warnings)
     extra = _claude_extra_keys(fm, warnings)
+    denied = _claude_list(fm.get("disallowedTools"), "disallowedTools", path) or []
+    spawn, denied = claude_spawn(tools, denied)  # `Task` in tools: may spawn
     keys = NativeKeys.model_construct(  # the keys not given keep their defaults
         model=_claude_scalar(fm.get("model"), "model", path),
         tools=tools,
-        tools_deny=_claude_list(fm.get("disallowedTools"), "disallowedTools", path) or [],
+        tools_deny=denied,
+        allow_subagent_spawn=spawn,
+        permissions=claude_permissions(fm.get("permissions"), path, warnings),
         skills_allow=_claude_list(fm.get("skills"), "skills", path) or [],
         max_turns=_claude_max_turns(fm.get("maxTurns"), path),
+        mcp_servers=fm.get("mcpServers"),  # checked in _assemble
     )
     return _Read(
         name=name,
         description=description.strip(),
         body=raw.body,
         keys=keys,
-        key_names=_key_names() | {"tools_deny": "disallowedTools", "max_turns": "maxTurns"},
+        key_names=_key_names()
+        | {"tools_deny": "disallowedTools", "max_turns": "maxTurns", "mcp_servers": "mcpServers"},
         warnings=tuple(warnings),
         extra_keys=extra,
     )

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from ..permissions import RuleSet
+
 RESERVED_NAME = "_default"
 """The built-in general-purpose definition; no file, config entry or registration replaces it."""
 
@@ -86,12 +88,21 @@ class Definition:
     """Union the caller's tools (never ``switch_facet``) into :attr:`tools` at spawn time."""
     allow_subagent_spawn: bool = False
     """Grant ``subagent`` and the job-control tools so this subagent can spawn its own."""
+    permissions: RuleSet = RuleSet()
+    """This definition's layer of the permission policy: its ``tools`` and ``tools_deny``
+    entries and its ``permissions`` table, as rules (docs/permissions.md)."""
+    tools_requested: tuple[str, ...] | None = None
+    """The ``tools`` entries as written (``Read``, ``Bash(git diff:*)``), for ``validate
+    --tools``; ``None`` when the definition has no ``tools`` key."""
     exit_tool_schema: dict[str, Any] | None = field(default=None, hash=False)
     """Declared JSON Schema of the ``exit_tool`` payload; ``None`` = :data:`DEFAULT_EXIT_SCHEMA`."""
     max_turns: int | None = None
     """Most model turns of one run; ``None`` = no per-definition cap."""
     max_tokens: int | None = None
     """Token budget of one run; ``None`` = no per-definition cap."""
+    mcp_servers: tuple[tuple[str, dict[str, Any]], ...] = field(default=(), hash=False)
+    """The definition's own MCP servers (``mcpServers``) as ``(name, server entry)``, beside
+    the config's; an empty entry names a server of the config (docs/mcp.md)."""
     templated: bool = False
     """Whether :attr:`body` is rendered as a template (native definitions only)."""
     warnings: tuple[str, ...] = ()

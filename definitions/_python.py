@@ -8,7 +8,7 @@ what the driver registered, so catalogs are loaded where definitions are registe
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import DefinitionError
@@ -40,6 +40,8 @@ def AgentDefinition(  # noqa: N802 - named like the agent-kit type it mirrors
     exit_tool_schema: dict[str, Any] | None = None,
     max_turns: int | None = None,
     max_tokens: int | None = None,
+    mcp_servers: Mapping[str, Any] | Sequence[Any] | None = None,
+    permissions: Mapping[str, Any] | None = None,
 ) -> Definition:
     """Make a validated python-dialect :class:`Definition` in code (agent-kit style).
 
@@ -69,6 +71,8 @@ def AgentDefinition(  # noqa: N802 - named like the agent-kit type it mirrors
         "exit_tool_schema": exit_tool_schema,
         "max_turns": max_turns,
         "max_tokens": max_tokens,
+        "mcp_servers": dict(mcp_servers) if isinstance(mcp_servers, Mapping) else mcp_servers,
+        "permissions": None if permissions is None else dict(permissions),
     }
     return build_python(spec)
 

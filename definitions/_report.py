@@ -7,11 +7,11 @@ status; everything it reports is computed here so it can be tested without a sub
 from __future__ import annotations
 
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import Config
+from ..config import Config, printable
 from ._catalog import (
     SHIPPED_DIR,
     Catalog,
@@ -23,8 +23,9 @@ from ._catalog import (
     path_kind,
 )
 from ._model import Definition, LoadFailure, LoadReason, LoadWarning
+from ._tool_report import EffectiveOf, definition_tools, tool_resolution
 
-__all__ = ["agents_report", "validate_report"]
+__all__ = ["agents_report", "validate_lines", "validate_report"]
 
 
 def _is_shipped(path: Path) -> bool:
@@ -74,7 +75,10 @@ def validate_report(
     subagents_dirs: Sequence[Path] = (),
     cwd: Path | None = None,
     config: Config | None = None,
-) -> dict[str, list[dict[str, Any]]]:
+    *,
+    effective_of: EffectiveOf | None = None,
+    tools: bool = False,
+) -> dict[str, Any]:
     """Validate definition files and report the ``validate --json`` shape (docs/json.md).
 
     Args:
@@ -83,6 +87,9 @@ def validate_report(
         subagents_dirs: ``--subagents-dir`` folders.
         cwd: working directory for discovery (default: the process's).
         config: the loaded config (symlink policy, extra folders, inline definitions).
+        effective_of: what a clone of a definition gets (``clonefleet.scheduler.clone_tools``);
+            with it, each definition's row has its ``tools`` and the ``rules`` of its policy.
+        tools: add ``tool_resolution`` (``validate --tools``); needs ``effective_of``.
 
     Returns:
         ``{"definitions": [{name, path, dialect}], "errors": [{path, reason, message}],
@@ -93,10 +100,14 @@ def validate_report(
         total = _load_paths([*paths, *subagents_dirs], config)
     else:
         total = discover(Path(cwd) if cwd is not None else Path.cwd(), subagents_dirs, config)
-    return {
-        "definitions": [
-            {"name": d.name, "path": d.path, "dialect": str(d.dialect)} for d in total.definitions
-        ],
+    rows = []
+    for d in total.definitions:
+        row: dict[str, Any] = {"name": d.name, "path": d.path, "dialect": str(d.dialect)}
+        if effective_of is not None:
+            row.update(definition_tools(d, effective_of(d)))
+        rows.append(row)
+    report: dict[str, Any] = {
+        "definitions": rows,
         "errors": [
             {"path": e.path, "reason": str(e.reason), "message": e.message} for e in total.errors
         ],
@@ -104,6 +115,9 @@ def validate_report(
             {"path": w.path, "name": w.name, "message": w.message} for w in total.warnings
         ],
     }
+    if tools and effective_of is not None:
+        report["tool_resolution"] = tool_resolution(total.definitions, config, effective_of)
+    return report
 
 
 def _agent_row(defn: Definition) -> dict[str, Any]:
@@ -126,3 +140,50 @@ def agents_report(catalog: Catalog) -> dict[str, list[dict[str, Any]]]:
     definition replaced, earliest first.
     """
     return {"agents": [_agent_row(catalog.definitions[n]) for n in sorted(catalog.definitions)]}
+
+
+def _rules_text(layers: Sequence[Mapping[str, Any]]) -> str:
+    parts = []
+    for layer in layers:
+        said = [f"{kind} {', '.join(layer[kind])}" for kind in ("allow", "deny") if layer[kind]]
+        if layer["default"] == "deny":
+            said.append("default deny")
+        parts.append(f"{layer['source']}: {'; '.join(said)}")
+    return " | ".join(parts) or "none (every call allowed)"
+
+
+def _tool_lines(resolution: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for row in resolution["definitions"]:
+        asked = "no tools key (every tool of the caller)"
+        if row["asked"] is not None:
+            asked = f"asked {row['mentions']}, {row['resolved']} resolved, {row['granted']} granted"
+        lines.append(f"tools    {row['name']}: {asked}")
+        lines += [
+            f"         missing {m['tool']}: {m['reason']} ({m['detail']})" for m in row["missing"]
+        ]
+    t = resolution["totals"]
+    lines.append(
+        f"tools    total: {t['mentions']:,} mentions in {t['definitions_listing_tools']:,} of"
+        f" {t['definitions']:,} definitions; {t['resolved']:,} resolved ({t['resolved_pct']}%),"
+        f" {t['granted']:,} granted ({t['granted_pct']}%)"
+    )
+    return lines
+
+
+def validate_lines(report: Mapping[str, Any]) -> list[str]:
+    """``clonefleet validate`` for people: one ``ok`` line per definition (with its tools and
+    rules when the report has them), then warnings, errors and the ``--tools`` report. Names,
+    paths and messages come from files anyone may have written, so every line is passed through
+    :func:`~clonefleet.config.printable` (docs/cli.md)."""
+    lines = []
+    for d in report["definitions"]:
+        lines.append(f"ok       {d['name']} ({d['dialect']}) {d['path'] or ''}")
+        if "tools" in d:
+            lines.append(f"         tools: {', '.join(d['tools']) or 'none'}")
+            lines.append(f"         rules: {_rules_text(d['rules'])}")
+    lines += [f"warning  {w['path']}: {w['name']}: {w['message']}" for w in report["warnings"]]
+    lines += [f"error    {e['path']}: {e['reason']}: {e['message']}" for e in report["errors"]]
+    if "tool_resolution" in report:
+        lines += _tool_lines(report["tool_resolution"])
+    return [printable(line) for line in lines]

@@ -5,6 +5,7 @@ Importing this package does not import Ray; ``clonefleet.scheduler.remote`` hold
 
 from ._batch import BatchRequest as BatchRequest
 from ._batch import check_count as check_count
+from ._batch import clone_tools as clone_tools
 from ._batch import plan_specs as plan_specs
 from ._batch import resolve_tools as resolve_tools
 from ._core import SchedulerCore as SchedulerCore
@@ -32,6 +33,7 @@ __all__ = [
     "JournalView",
     "SchedulerCore",
     "check_count",
+    "clone_tools",
     "choose_clones_per_actor",
     "display_name",
     "journal_folder",

@@ -7,7 +7,7 @@ batch and nothing starts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
@@ -18,16 +18,26 @@ from ..definitions import (
     DEFAULT_EXIT_SCHEMA,
     Catalog,
     Definition,
+    Effective,
     RenderedClone,
     SkillCatalog,
     render_batch,
     skill_allowed,
 )
 from ..errors import ConfigError, UsageError
+from ..permissions import ALLOW_ALL, Policy
 from ..providers import SimScript
-from ..vocab import WORK_TOOLS, canonical_tool
+from ..vocab import MCP_ALL, WEB_TOOLS, WORK_TOOLS, canonical_tool, is_mcp_grant
+from ._usage import check_budget
 
-__all__ = ["BatchRequest", "check_count", "check_request", "plan_specs", "resolve_tools"]
+__all__ = [
+    "BatchRequest",
+    "check_count",
+    "check_request",
+    "clone_tools",
+    "plan_specs",
+    "resolve_tools",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,6 +58,10 @@ class BatchRequest:
     max_concurrency: int | None = None
     parent: str | None = None
     depth: int = 0
+    budget_tokens: int | None = None
+    """``--budget-tokens``: see :attr:`BatchSubmission.budget_tokens`."""
+    budget_usd: float | None = None
+    """``--budget-usd``: see :attr:`BatchSubmission.budget_usd`."""
 
 
 def check_count(count: Any, config: Config) -> int:
@@ -92,25 +106,36 @@ def check_request(req: BatchRequest, config: Config) -> None:
     _check_slots(req.max_concurrency, "--max-concurrency (max_concurrency)")
 
 
-def resolve_tools(defn: Definition, caller_tools: Sequence[str] | None = None) -> tuple[str, ...]:
+def resolve_tools(
+    defn: Definition,
+    caller_tools: Sequence[str] | None = None,
+    web_tools: Collection[str] = (),
+) -> tuple[str, ...]:
     """The built-in tools a clone of ``defn`` may call.
 
     ``tools`` absent means every tool of the caller; ``inherit_tools`` unions the caller's tools
     into the declared ones (``switch_facet`` is never inherited); ``tools_deny`` removes. A user
-    at the command line is a caller with every built-in tool.
+    at the command line is a caller with every built-in tool, but of the web tools only those the
+    config turns on (``web_tools``); a definition that names a web tool still gets it.
+
+    MCP grants (``mcp__<server>__<tool>``, ``mcp__<server>``, ``tag!ALL_MCP``, the resource
+    tools) pass through for the clone host to resolve against its servers; the command-line
+    caller and ``tag!ALL`` grant ``tag!ALL_MCP``, every tool of the clone's MCP servers.
     """
     caller = (
-        list(WORK_TOOLS)
+        [*(t for t in WORK_TOOLS if t not in WEB_TOOLS or t in web_tools), MCP_ALL]
         if caller_tools is None
         else [t for t in caller_tools if t != "switch_facet"]
     )
     names = caller if defn.tools is None else [canonical_tool(t) for t in defn.tools]
     if "tag!ALL" in names:
-        names = list(WORK_TOOLS)
+        names = [*WORK_TOOLS, MCP_ALL]
     if defn.inherit_tools:
         names = names + caller
     deny = set(defn.tools_deny)
-    return tuple(n for n in dict.fromkeys(names) if n in WORK_TOOLS and n not in deny)
+    return tuple(
+        n for n in dict.fromkeys(names) if (n in WORK_TOOLS or is_mcp_grant(n)) and n not in deny
+    )
 
 
 def _launch_dir(req: BatchRequest, caller_cwd: Path) -> Path:
@@ -139,6 +164,7 @@ class _FromDefinition(TypedDict):
     warnings: tuple[str, ...]
     allow_subagent_spawn: bool
     available_skills: tuple[tuple[str, str, str], ...]
+    mcp_servers: tuple[tuple[str, dict[str, Any]], ...]
 
 
 def _from_definition(defn: Definition, skills: SkillCatalog | None) -> _FromDefinition:
@@ -158,6 +184,7 @@ def _from_definition(defn: Definition, skills: SkillCatalog | None) -> _FromDefi
         warnings=tuple(defn.warnings),
         allow_subagent_spawn=defn.allow_subagent_spawn,
         available_skills=loadable,
+        mcp_servers=tuple(defn.mcp_servers),
     )
 
 
@@ -189,8 +216,10 @@ def plan_specs(
     caller_cwd: Path,
     caller_tools: Sequence[str] | None = None,
     skills: SkillCatalog | None = None,
+    caller_policy: Policy | None = None,
 ) -> tuple[CloneSpec, ...]:
     """Render every clone of the batch and return their specs (nothing is started).
+    ``caller_policy``: a spawning clone's permission policy (see :func:`clone_tools`).
 
     Raises:
         UsageError: bad count, prompt (too long), cwd, model, clones per actor or concurrency.
@@ -203,7 +232,8 @@ def plan_specs(
     defn = catalog.get(req.agent)
     launch = _launch_dir(req, caller_cwd)
     candidates, fallbacks = _model_keys(req, defn, config)
-    tools = resolve_tools(defn, caller_tools)
+    check_budget(req.budget_tokens, req.budget_usd, config, (*candidates, *fallbacks))
+    gets = clone_tools(defn, config, launch, caller_tools, caller_policy)
     rendered = render_batch(
         defn,
         prompt=req.prompt,
@@ -214,7 +244,7 @@ def plan_specs(
         project_path=str(caller_cwd),
         model_names=[candidates[i % len(candidates)] for i in range(count)],
         variables=dict(req.variables),
-        available_tools=list(tools),
+        available_tools=list(gets.tools),
         available_subagents=[d.name for d in catalog.listed()],
         available_skills=skills.names() if skills is not None else (),
         skills=skills,
@@ -222,15 +252,44 @@ def plan_specs(
     common: dict[str, Any] = {
         "batch_id": batch_id,
         "clone_count": count,
-        "tools": tools,
+        "tools": gets.tools,
         "candidates": tuple(candidates),
         "fallbacks": fallbacks,
         "cwd": str(launch),
         "parent": req.parent,
         "depth": req.depth,
         **_from_definition(defn, skills),
+        "policy": gets.policy,
+        "allow_subagent_spawn": gets.spawn,
     }
     return _specs(rendered, job_ids, common)
+
+
+def clone_tools(
+    defn: Definition,
+    config: Config,
+    launch: Path,
+    caller_tools: Sequence[str] | None = None,
+    caller_policy: Policy | None = None,
+) -> Effective:
+    """What a clone of ``defn`` launched in ``launch`` gets: its tools, its permission policy
+    and whether it may spawn (``validate`` reports the same, docs/permissions.md).
+
+    The policy is the caller's (a nested spawn) or else the config's layer, with the
+    definition's own layer below it; relative path rules of a layer start at that layer's
+    launch directory. A tool the policy denies whatever its arguments is left out, and a
+    definition may spawn only while the policy lets it call ``subagent`` at all.
+    """
+    base = caller_policy
+    if base is None:
+        base = ALLOW_ALL.child(config.permissions.rule_set(), str(launch))
+    policy = base.child(defn.permissions, str(launch))
+    tools = resolve_tools(defn, caller_tools, config.web.enabled_tools)
+    return Effective(
+        tools=tuple(t for t in tools if policy.tool_denial(t) is None),
+        policy=policy,
+        spawn=defn.allow_subagent_spawn and policy.tool_denial("subagent") is None,
+    )
 
 
 def _specs(

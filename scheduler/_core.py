@@ -16,7 +16,6 @@ import time
 from collections import deque
 from collections.abc import Coroutine, Sequence
 from dataclasses import replace
-from itertools import chain
 from typing import Any
 
 from .. import control as api
@@ -27,15 +26,17 @@ from ..vocab import EventType, JobState, Outcome, StopReason, stop_error
 from ._durable import Durable
 from ._events import EventLog, Pulse
 from ._hosts import HostFactory, HostLike, HostPool, choose_clones_per_actor, node_of
+from ._listing import JobOrder
 from ._mail import Mailroom
 from ._nested import spawn_nested
-from ._queries import JobQueries
-from ._state import BatchSubmission, JobRecord, new_batch_id, new_job_id
+from ._state import BatchSubmission, JobRecord, known_cost, new_batch_id, new_job_id
+from ._stops import JobStops
+from ._usage import UsageBook, budget_record
 
 __all__ = ["BatchSubmission", "SchedulerCore"]
 
 
-class SchedulerCore(JobQueries):
+class SchedulerCore(JobStops):
     """Owns the job table and runs batches on clone hosts; a :class:`JobControl`.
 
     Args:
@@ -79,6 +80,12 @@ class SchedulerCore(JobQueries):
         self._checkpoints: dict[str, dict[str, Any]] = {}
         """Each running job's latest checkpoint (a restarted clone resumes from it)."""
         self._running = 0
+        self._queued = 0
+        """Jobs waiting in the queues (``reserved``, with a spec): kept, not counted per call."""
+        self.usage = UsageBook(self.jobs)
+        self._order = JobOrder()
+        self._stop_reasons: dict[str, StopReason] = {}
+        self._pump_held = False
         self._log = EventLog(
             self.jobs,
             max_events=settings.max_events,
@@ -122,11 +129,14 @@ class SchedulerCore(JobQueries):
         for spec in sub.specs:
             self._add_job(spec)
         try:
-            self.durable.batch(sub.batch_id, [self.jobs[s.job_id] for s in sub.specs], sub, blob)
+            rows = [self.jobs[s.job_id] for s in sub.specs]
+            self.durable.batch(sub.batch_id, rows, sub, blob, budget=budget_record(sub))
             await self.durable.commit()
         except BaseException:
             self._drop_batch(sub.batch_id)
             raise
+        if self.usage.stopped_above(sub.specs[0].parent):  # spawned as its budget was passed
+            self._mark([s.job_id for s in sub.specs], StopReason.BUDGET)
         self._place(sub.batch_id, sub.clones_per_actor)
         return {"batch_id": sub.batch_id, "job_ids": [s.job_id for s in sub.specs]}
 
@@ -136,16 +146,21 @@ class SchedulerCore(JobQueries):
         self._batch_cap[sub.batch_id] = sub.max_concurrency
         self._batch_running[sub.batch_id] = 0
         self._queues[sub.batch_id] = deque()
+        self.usage.add_batch(sub.batch_id, sub.config, sub.budget_tokens, sub.budget_usd)
 
     def _drop_batch(self, batch_id: str) -> None:
         """Forget a batch that was never accepted (its record could not be written)."""
-        for job_id in self._batches.pop(batch_id, []):
+        ids = self._batches.pop(batch_id, [])
+        for job_id in ids:
             rec = self.jobs.pop(job_id, None)
             self._specs.pop(job_id, None)
             if rec is not None and rec.parent in self._children:
                 self._children[rec.parent].remove(job_id)
         for table in (self._batch_meta, self._batch_cap, self._batch_running, self._queues):
             table.pop(batch_id, None)
+        self.usage.drop_batch(batch_id)
+        self._order.forget(len(ids), self.jobs)
+        self._queued -= len(ids)  # none of them had started
 
     def _place(self, batch_id: str, clones_per_actor: int | None) -> None:
         """Bind the batch's queued jobs to hosts and start what the caps allow."""
@@ -186,6 +201,8 @@ class SchedulerCore(JobQueries):
             warnings=list(spec.warnings),
         )
         self._specs[spec.job_id] = spec
+        self._queued += 1
+        self._order.add(spec.job_id)
         self._queues[spec.batch_id].append(spec.job_id)
         if spec.parent:
             self._children.setdefault(spec.parent, []).append(spec.job_id)
@@ -219,6 +236,8 @@ class SchedulerCore(JobQueries):
 
     def _pump(self) -> None:
         """Start queued jobs while slots are free (round-robin over batches)."""
+        if self._pump_held:
+            return
         starts: dict[tuple[str, str], tuple[HostLike, str, list[CloneSpec]]] = {}
         progressed = True
         while progressed and self._slots_free():
@@ -233,6 +252,7 @@ class SchedulerCore(JobQueries):
                 self.jobs[job_id].move(JobState.RUNNING)
                 self.durable.running(self.jobs[job_id])
                 self._running += 1
+                self._queued -= 1
                 self._batch_running[batch_id] += 1
                 host = self.hosts.host_of(job_id)
                 assert host is not None, f"job {job_id} has no host"
@@ -286,6 +306,9 @@ class SchedulerCore(JobQueries):
         for job_id in job_ids:
             rec = self.jobs[job_id]
             if rec.is_terminal:
+                continue
+            if job_id in self._stop_reasons:  # asked to stop: it does not start again
+                self._end(rec, JobState.CANCELLED, self._stop_reasons[job_id])
                 continue
             limit = self._batch_meta[rec.batch_id].config.limits.max_restarts
             if rec.restarts >= limit or job_id not in self._specs:
@@ -341,10 +364,15 @@ class SchedulerCore(JobQueries):
         if kind == EventType.USAGE:
             rec.turns = event.get("turn", rec.turns)
             rec.model = event.get("model") or rec.model
-            for key in ("input_tokens", "output_tokens", "total_tokens"):
-                rec.usage[key] = rec.usage.get(key, 0) + int(event.get(key, 0))
-        elif kind == EventType.PROGRESS:
+            passed = self.usage.count(rec, event)  # job, batch and fleet totals; budgets
+            self._log.record(job_id, event)
+            if passed:
+                self._budget_passed(rec, passed)
+            return
+        if kind == EventType.PROGRESS:
             rec.progress = event.get("progress")
+        elif kind == EventType.TODO:
+            rec.todos = event.get("todos")
         elif kind == EventType.MODEL_FAILOVER:
             rec.model = event.get("to") or rec.model
         elif kind == EventType.ERROR:
@@ -355,8 +383,15 @@ class SchedulerCore(JobQueries):
 
     def _finish(self, rec: JobRecord, result: dict[str, Any]) -> None:
         was_running = rec.state is JobState.RUNNING
+        if rec.state is JobState.RESERVED and rec.job_id in self._specs:
+            self._queued -= 1  # it ends while it waited
+        passed = self.usage.settle(rec, result.get("usage"))
+        reason = self._stop_reasons.pop(rec.job_id, None)
+        if reason is not None and result.get("status") == JobState.CANCELLED:
+            # Cancelled by the scheduler (a budget stop): the run ends with that reason.
+            result = {**result, "stop_reason": str(reason), "error": stop_error(reason)}
         rec.finish(result)
-        self.durable.ended(rec)
+        self.durable.ended(rec, self.usage.recorded(rec.batch_id))
         self._checkpoints.pop(rec.job_id, None)
         self.mail.ended(rec.job_id)
         self.hosts.ended(rec.job_id)
@@ -368,15 +403,20 @@ class SchedulerCore(JobQueries):
             "stop_reason": rec.stop_reason,
             "outcome": rec.outcome,
             "error": rec.error,
+            "cost_usd": known_cost(
+                rec.cost_usd, rec.unpriced_tokens, rec.usage.get("total_tokens", 0)
+            ),
             "record": rec.run_record(),
         }
         self._log.record(rec.job_id, event)
         self._release(rec, was_running)
+        if passed:
+            self._budget_passed(rec, passed)
 
     def _end(self, rec: JobRecord, state: JobState, reason: StopReason, detail: str = "") -> None:
         """End a job whose clone cannot report its own end (cancelled while queued, or its host
         is gone), keeping what its events had counted: turns, usage and model."""
-        outcome = Outcome.CANCELLED if reason is StopReason.CANCELLED else Outcome.FAILURE
+        outcome = Outcome.CANCELLED if state is JobState.CANCELLED else Outcome.FAILURE
         record = rec.run_record(
             status=state,
             stop_reason=reason,
@@ -417,34 +457,12 @@ class SchedulerCore(JobQueries):
         await self.cancel_many([job_id])
         return rec.status()
 
-    async def cancel_many(self, ids: Sequence[str]) -> int:
-        """Cancel with one call per host; queued jobs end ``cancelled`` at once."""
-        todo, seen = self._expand(ids), set()
-        per_host: dict[str, tuple[HostLike, list[str]]] = {}
-        while todo:
-            job_id = todo.pop()
-            if job_id in seen:
-                continue
-            seen.add(job_id)
-            todo.extend(self._children.get(job_id, []))
-            rec = self.jobs[job_id]
-            host = self.hosts.host_of(job_id)
-            if rec.state is JobState.RESERVED:
-                self._end(rec, JobState.CANCELLED, StopReason.CANCELLED)
-            elif rec.state is JobState.RUNNING and host is not None:
-                per_host.setdefault(host.host_id, (host, []))[1].append(job_id)
-        for host, job_ids in per_host.values():
-            try:
-                await host.cancel(job_ids)
-            except ClusterError as exc:
-                for job_id in job_ids:
-                    self._crash(job_id, str(exc))
-        return sum(len(j) for _, j in per_host.values())
-
     def capacity(self) -> api.Capacity:
-        # Queues keep jobs cancelled while they waited until the pump takes them: not queued.
-        queued = sum(self.jobs[j].state is JobState.RESERVED for j in chain(*self._queues.values()))
-        return {"running": self._running, "max_concurrency": self.max_concurrency, "queued": queued}
+        return {
+            "running": self._running,
+            "max_concurrency": self.max_concurrency,
+            "queued": self._queued,
+        }
 
     async def aclose(self) -> None:
         for task in list(self._tasks):

@@ -2,15 +2,16 @@
 
 The scheduler appends one record per fact (docs/durability.md):
 
-- ``batch``: a submitted batch: its id, time and one plain row per job (what ``jobs list``
-  shows), preceded by ``part`` records holding its pickled submission (specs, config,
+- ``batch``: a submitted batch: its id, time, budget and one plain row per job (what ``jobs
+  list`` shows), preceded by ``part`` records holding its pickled submission (specs, config,
   definitions; 16 MiB a record) that lets a restarted scheduler start its unfinished jobs
   again; the batch's job ids are returned to the caller only after these are on disk;
 - ``run``: a job started running (its host);
 - ``ckpt``: a clone's latest checkpoint (after a turn);
 - ``restart``: a job whose host died was started again;
 - ``end``: a job reached its terminal state; the row carries its whole run record, result
-  included. The first ``end`` of a job wins on replay: a result is recorded once;
+  included, and ``bt`` its batch's usage totals then. The first ``end`` of a job wins on
+  replay: a result is recorded once;
 - ``evict``: a finished batch left the table (retention).
 
 :func:`fold` turns the records back into a :class:`Table` without Ray and without unpickling
@@ -32,6 +33,7 @@ from ..journal import read_journal
 from ..vocab import JobState
 from ._events import Entry
 from ._state import JobRecord
+from ._usage import Totals
 
 if TYPE_CHECKING:
     from ..journal import Journal, Replay
@@ -78,6 +80,10 @@ class Table:
     """Records that made no sense (unknown kind, unknown job, bad row)."""
     events_next: int = 0
     """Sequence number after the last spilled event (a restarted log continues from it)."""
+    usage: dict[str, Totals] = field(default_factory=dict)
+    """Each batch's usage totals as last recorded (with a job's end, or in a snapshot)."""
+    budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each budgeted batch's ``budget_tokens`` and ``budget_usd``."""
 
     def unfinished(self) -> list[JobRecord]:
         return [r for r in self.jobs.values() if not r.is_terminal]
@@ -106,6 +112,9 @@ def _fold_batch(table: Table, rec: dict[str, Any]) -> bool:
         table.jobs.setdefault(job.job_id, job)
         ids.append(job.job_id)
     table.batches[batch_id] = ids
+    if isinstance(rec.get("budget"), dict):
+        table.budgets[batch_id] = rec["budget"]
+    _note_totals(table, batch_id, rec.get("usage"))
     pieces = table.parts.pop(batch_id, {})
     count = rec.get("parts")
     if isinstance(count, int) and count > 0 and sorted(pieces) == list(range(count)):
@@ -113,6 +122,13 @@ def _fold_batch(table: Table, rec: dict[str, Any]) -> bool:
     elif isinstance(rec.get("blob"), bytes):
         table.blobs[batch_id] = rec["blob"]
     return True
+
+
+def _note_totals(table: Table, batch_id: str, data: Any) -> None:
+    totals = Totals.from_view(data)
+    if totals is not None:
+        known = table.usage.setdefault(batch_id, totals)
+        known.at_least(totals)
 
 
 def _fold_part(table: Table, rec: dict[str, Any]) -> bool:
@@ -159,6 +175,7 @@ def _fold_end(table: Table, rec: dict[str, Any]) -> bool:
     if not table.jobs[job.job_id].is_terminal:  # the first end wins: a result is recorded once
         table.jobs[job.job_id] = job
         table.checkpoints.pop(job.job_id, None)
+    _note_totals(table, job.batch_id, rec.get("bt"))
     return True
 
 
@@ -166,7 +183,8 @@ def _fold_evict(table: Table, rec: dict[str, Any]) -> bool:
     ids = table.batches.pop(str(rec.get("b")), None)
     if ids is None:
         return False
-    table.blobs.pop(str(rec.get("b")), None)
+    for kept in (table.blobs, table.usage, table.budgets):
+        kept.pop(str(rec.get("b")), None)
     for job_id in ids:
         table.jobs.pop(job_id, None)
         table.checkpoints.pop(job_id, None)
@@ -260,9 +278,14 @@ class Durable:
             return None
 
     def batch(
-        self, batch_id: str, rows: list[JobRecord], submission: Any, blob: bytes | None = None
+        self,
+        batch_id: str,
+        rows: list[JobRecord],
+        submission: Any,
+        blob: bytes | None = None,
+        budget: dict[str, Any] | None = None,
     ) -> None:
-        """Record a new batch (its rows and its pickled submission, in parts when large).
+        """Record a new batch (its rows, budget and pickled submission, in parts when large).
 
         Raises:
             JournalError: the batch cannot be recorded (the caller then refuses it).
@@ -271,7 +294,7 @@ class Durable:
             return
         if blob is None:
             blob = self.dumps_or_none(submission)
-        for record in batch_records(batch_id, rows, blob):
+        for record in batch_records(batch_id, rows, blob, budget=budget):
             self.journal.append(record | {"at": time.time()})
 
     def running(self, rec: JobRecord) -> None:
@@ -283,8 +306,11 @@ class Durable:
     def restarted(self, rec: JobRecord) -> None:
         self._append({"k": "restart", "j": rec.job_id, "n": rec.restarts})
 
-    def ended(self, rec: JobRecord) -> None:
-        self._append({"k": "end", "j": rec.job_id, "row": job_row(rec)})
+    def ended(self, rec: JobRecord, batch_totals: dict[str, Any] | None = None) -> None:
+        record: dict[str, Any] = {"k": "end", "j": rec.job_id, "row": job_row(rec)}
+        if batch_totals is not None:
+            record["bt"] = batch_totals
+        self._append(record)
 
     def events(self, first: int, entries: list[Entry]) -> None:
         """Keep events that leave the scheduler's memory, in chunks of :data:`EVENT_CHUNK`."""
@@ -316,7 +342,14 @@ class Durable:
         for batch_id, ids in table.batches.items():
             rows = [table.jobs[j] for j in ids if j in table.jobs]
             live = batch_id in blobs and any(not r.is_terminal for r in rows)
-            yield from batch_records(batch_id, rows, blobs[batch_id] if live else None)
+            totals = table.usage.get(batch_id)
+            yield from batch_records(
+                batch_id,
+                rows,
+                blobs[batch_id] if live else None,
+                budget=table.budgets.get(batch_id),
+                totals=totals.view() if totals is not None else None,
+            )
         for job_id, state in table.checkpoints.items():
             yield {"k": "ckpt", "j": job_id, "s": state}
 
@@ -326,12 +359,24 @@ BLOB_PART = 16 * 1024 * 1024
 
 
 def batch_records(
-    batch_id: str, rows: list[JobRecord], blob: bytes | None
+    batch_id: str,
+    rows: list[JobRecord],
+    blob: bytes | None,
+    *,
+    budget: dict[str, Any] | None = None,
+    totals: dict[str, Any] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """A batch as records: its submission's parts (``part``), then the batch itself."""
+    """A batch as records: its submission's parts (``part``), then the batch itself (with its
+    budget, and, in a snapshot, its usage totals)."""
     parts = 0
     if blob is not None:
         for at in range(0, len(blob), BLOB_PART):
             yield {"k": "part", "b": batch_id, "i": parts, "data": blob[at : at + BLOB_PART]}
             parts += 1
-    yield {"k": "batch", "b": batch_id, "jobs": [job_row(r) for r in rows], "parts": parts}
+    record: dict[str, Any] = {"k": "batch", "b": batch_id, "jobs": [job_row(r) for r in rows]}
+    record["parts"] = parts
+    if budget is not None:
+        record["budget"] = budget
+    if totals is not None:
+        record["usage"] = totals
+    yield record

@@ -125,9 +125,16 @@ class EventLog:
             self._spill(self._base, old)
         self._base += cut
 
-    async def read(self, ids: set[str] | None, cursor: int, level: str, wait_s: float) -> EventPage:
-        """Events of ``ids`` (and their descendants; ``None`` = every job) after ``cursor`` at
-        ``level``, waiting up to ``wait_s`` for one when there is none yet.
+    async def read(
+        self,
+        ids: set[str] | None,
+        cursor: int,
+        level: str,
+        wait_s: float,
+        limit: int = PAGE_LIMIT,
+    ) -> EventPage:
+        """At most ``limit`` events of ``ids`` (and their descendants; ``None`` = every job)
+        after ``cursor`` at ``level``, waiting up to ``wait_s`` for one when there is none yet.
 
         Raises:
             UsageError: an unknown level.
@@ -136,20 +143,20 @@ class EventLog:
             raise UsageError(f"unknown level {level!r}; use {', '.join(EVENT_LEVELS)}")
         kinds = EVENT_LEVELS[level]
         if cursor < self._base:
-            out, cursor = await self._read_spilled(ids, cursor, kinds)
+            out, cursor = await self._read_spilled(ids, cursor, kinds, limit)
             if out:
                 return {"events": out, "cursor": cursor}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         while True:
-            out, cursor = self._scan(ids, cursor, kinds)
+            out, cursor = self._scan(ids, cursor, kinds, limit)
             left = deadline - loop.time()
             if out or left <= 0:
                 return {"events": out, "cursor": cursor}
             await self._pulse.wait(left)
 
     async def _read_spilled(
-        self, ids: set[str] | None, cursor: int, kinds: frozenset[str]
+        self, ids: set[str] | None, cursor: int, kinds: frozenset[str], limit: int
     ) -> tuple[list[dict[str, Any]], int]:
         """A page of events older than memory (from ``unspill``, off the event loop)."""
         base = self._base
@@ -162,12 +169,12 @@ class EventLog:
                 continue
             if (ids is None or not ids.isdisjoint(chain)) and kind in kinds:
                 out.append(env)
-                if len(out) >= PAGE_LIMIT:
+                if len(out) >= limit:
                     return out, seq + 1
         return out, base
 
     def _scan(
-        self, ids: set[str] | None, cursor: int, kinds: frozenset[str]
+        self, ids: set[str] | None, cursor: int, kinds: frozenset[str], limit: int
     ) -> tuple[list[dict[str, Any]], int]:
         out = []
         start = max(cursor, self._base) - self._base
@@ -175,6 +182,6 @@ class EventLog:
             chain, kind, env = self._log[pos]
             if (ids is None or not ids.isdisjoint(chain)) and kind in kinds:
                 out.append(env)
-                if len(out) >= PAGE_LIMIT:
+                if len(out) >= limit:
                     return out, self._base + pos + 1
         return out, self._base + len(self._log)

@@ -27,6 +27,7 @@ from ..actors import CloneSpec
 from ..config import Config
 from ..definitions import MAX_OUTPUT_CHARS, Catalog, SkillCatalog, load_catalog
 from ..errors import ClusterError, TemplateError, UsageError
+from ..permissions import ALLOW_ALL, Policy
 from ..vocab import JobState
 from ._batch import BatchRequest, check_count, plan_specs
 from ._state import JobRecord
@@ -63,6 +64,8 @@ class NestedPlan:
     project_path: str
     """Where the catalog is loaded from when the parent batch carried none."""
     subagents_dirs: tuple[str, ...] = ()
+    caller_policy: Policy = ALLOW_ALL
+    """The parent clone's permission policy: the child's starts from it and can only narrow it."""
 
     def __call__(self) -> tuple[CloneSpec, ...]:
         catalog = self.catalog
@@ -78,13 +81,14 @@ class NestedPlan:
             caller_cwd=Path(self.caller_cwd),
             caller_tools=self.caller_tools,
             skills=self.skills,
+            caller_policy=self.caller_policy,
         )
 
 
 def check_planned(specs: Any, plan: NestedPlan) -> tuple[CloneSpec, ...]:
     """The specs a host sent back, if they are the batch ``plan`` asked for: one
     :class:`CloneSpec` per reserved id in order, of the plan's batch, parent and depth, each
-    rendered text within the template output cap.
+    rendered text within the template output cap, each policy the parent's with layers added.
 
     Raises:
         ClusterError: anything else (the host is not speaking this protocol).
@@ -104,6 +108,7 @@ def check_planned(specs: Any, plan: NestedPlan) -> tuple[CloneSpec, ...]:
             and s.depth == req.depth
             and len(s.task) <= MAX_OUTPUT_CHARS
             and len(s.instructions) <= MAX_OUTPUT_CHARS
+            and s.policy.extends(plan.caller_policy)  # a child never gets more than its parent
             for i, s in enumerate(specs)
         )
     if not ok:
@@ -145,6 +150,7 @@ async def spawn_nested(
         skills=meta.skills,
         project_path=meta.project_path or parent_spec.cwd,
         subagents_dirs=meta.subagents_dirs,
+        caller_policy=parent_spec.policy,
     )
     try:
         try:

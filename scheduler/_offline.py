@@ -20,6 +20,8 @@ from .. import control as api
 from ..errors import UnknownJobError, UsageError
 from ..journal import read_journal
 from ._durable import Table, read_table
+from ._listing import JobOrder, page_jobs
+from ._usage import UsageBook
 
 __all__ = ["JournalView", "journal_folder"]
 
@@ -71,6 +73,8 @@ class JournalView:
     def __init__(self, folder: str | os.PathLike[str]) -> None:
         self.folder = os.fspath(folder)
         self.table: Table = read_table(read_journal(folder))
+        self._order: JobOrder | None = None
+        self._usage: UsageBook | None = None
 
     def close(self) -> None:
         """Nothing to release (the journal was read at once); the twin of ``Fleet.close``."""
@@ -110,14 +114,33 @@ class JournalView:
         return rec.run_record()
 
     def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
-        status, batch = filters.get("status"), filters.get("batch")
-        agent, parent = filters.get("agent"), filters.get("parent")
-        rows = [
-            r.status()
-            for r in self.table.jobs.values()
-            if (status is None or r.state == status)
-            and (batch is None or r.batch_id == batch)
-            and (agent is None or r.agent == agent)
-            and (parent is None or r.parent == parent)
-        ]
-        return {"jobs": rows, "capacity": {"running": 0, "max_concurrency": None, "queued": 0}}
+        if self._order is None:
+            self._order = JobOrder(list(self.table.jobs))
+        rows, next_cursor = page_jobs(
+            self.table.jobs, filters, order=self._order, batches=self.table.batches
+        )
+        usage = self.usage()
+        batch = filters.get("batch")
+        wanted = [batch] if batch is not None else dict.fromkeys(r.batch_id for r in rows)
+        views = {b: usage.batch_view(b, len(self.table.batches.get(b, ()))) for b in wanted}
+        return {
+            "jobs": [r.status() for r in rows],
+            "capacity": {"running": 0, "max_concurrency": None, "queued": 0},
+            "totals": {
+                "fleet": usage.fleet().view(),
+                "batches": {b: v for b, v in views.items() if v is not None},
+            },
+            "next_cursor": next_cursor,
+        }
+
+    def usage(self) -> UsageBook:
+        """Usage totals and budgets of the journal's batches, as a restarted scheduler would
+        rebuild them."""
+        if self._usage is None:
+            book = self._usage = UsageBook(self.table.jobs)
+            for batch_id, ids in self.table.batches.items():
+                rows = [self.table.jobs[j] for j in ids if j in self.table.jobs]
+                recorded = self.table.usage.get(batch_id)
+                book.restore_batch(batch_id, rows, recorded, self.table.budgets.get(batch_id))
+            book.respend(self.table.batches)
+        return self._usage

@@ -14,8 +14,10 @@ from .. import control as api
 from ..control import Seconds
 from ..errors import UnknownJobError, UsageError
 from ._durable import Durable
-from ._events import EventLog, Pulse
+from ._events import PAGE_LIMIT, EventLog, Pulse
+from ._listing import JobOrder, check_limit, page_jobs
 from ._state import TERMINAL, JobRecord
+from ._usage import UsageBook
 
 __all__ = ["LONGEST_WAIT_S", "JobQueries"]
 
@@ -28,6 +30,9 @@ class JobQueries:
 
     jobs: dict[str, JobRecord]
     _batches: dict[str, list[str]]
+    _children: dict[str, list[str]]
+    _order: JobOrder
+    usage: UsageBook
     _log: EventLog
     _ended: Pulse
     durable: Durable
@@ -95,17 +100,24 @@ class JobQueries:
         return len(await self._until_terminal(self._expand(ids), wait_seconds))
 
     async def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
-        status, batch = filters.get("status"), filters.get("batch")
-        agent, parent = filters.get("agent"), filters.get("parent")
-        rows = [
-            r.status()
-            for r in self.jobs.values()
-            if (status is None or r.state == status)
-            and (batch is None or r.batch_id == batch)
-            and (agent is None or r.agent == agent)
-            and (parent is None or r.parent == parent)
-        ]
-        return {"jobs": rows, "capacity": self.capacity()}
+        rows, next_cursor = page_jobs(
+            self.jobs, filters, order=self._order, batches=self._batches, children=self._children
+        )
+        return {
+            "jobs": [r.status() for r in rows],
+            "capacity": self.capacity(),
+            "totals": self._totals(rows, filters.get("batch")),
+            "next_cursor": next_cursor,
+        }
+
+    def _totals(self, rows: Sequence[JobRecord], batch: str | None = None) -> api.UsageTotals:
+        """The fleet's usage totals, and those of ``batch`` or else of each batch in ``rows``."""
+        wanted = [batch] if batch is not None else dict.fromkeys(r.batch_id for r in rows)
+        views = {b: self.usage.batch_view(b, len(self._batches.get(b, ()))) for b in wanted}
+        return {
+            "fleet": self.usage.fleet().view(),
+            "batches": {b: v for b, v in views.items() if v is not None},
+        }
 
     async def expand(self, ids: Sequence[str]) -> list[str]:
         return self._expand(ids)
@@ -115,4 +127,5 @@ class JobQueries:
     ) -> api.EventPage:
         ids = set(self._expand([target])) if target else None
         cursor, level = query.get("cursor", 0), query.get("level", "lifecycle")
-        return await self._log.read(ids, cursor, level, query.get("wait_s", 0.0))
+        limit = check_limit(query.get("limit"), PAGE_LIMIT) or PAGE_LIMIT
+        return await self._log.read(ids, cursor, level, query.get("wait_s", 0.0), limit)

@@ -14,12 +14,13 @@ import asyncio
 import pickle
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
-from ..vocab import EventType, JobState
+from ..vocab import EventType, JobState, StopReason
 from ._durable import Table
 from ._state import BatchSubmission, JobRecord
+from ._usage import Totals, resume_usage
 
 if TYPE_CHECKING:
     from ._core import SchedulerCore
@@ -36,35 +37,58 @@ class RestoreReport(dict[str, int]):
 def restore(
     core: SchedulerCore, table: Table, loads: Callable[[bytes], Any] = pickle.loads
 ) -> RestoreReport:
-    """Load a journal's table into an empty core and queue its unfinished jobs again."""
+    """Load a journal's table into an empty core and queue its unfinished jobs again; a batch
+    already past its budget starts none of them (they end ``cancelled``/``budget``)."""
     report = RestoreReport(finished=0, resumed=0, lost=0)
     core.journal_damage = list(table.damage)
     # Numbers the old log handed out live past what it spilled by at most its memory's size.
     core._log.continue_at(table.events_next + core._log.max_events if table.events_next else 0)
+    core._pump_held = True  # nothing starts before every batch is back and bound to hosts
     for batch_id, ids in table.batches.items():
-        recs = [table.jobs[j] for j in ids if j in table.jobs]
-        core._batches[batch_id] = [r.job_id for r in recs]
-        for rec in recs:
-            core.jobs[rec.job_id] = rec
-            if rec.parent:
-                core._children.setdefault(rec.parent, []).append(rec.job_id)
-        unfinished = [r for r in recs if not r.is_terminal]
-        report["finished"] += len(recs) - len(unfinished)
-        if not unfinished:
-            continue
-        sub = _submission(table.blobs.get(batch_id), loads)
-        if sub is None:
-            for rec in unfinished:
-                _lose(core, rec, "its batch could not be read back from the journal")
-            report["lost"] += len(unfinished)
-            continue
-        resumed = _requeue(core, sub, unfinished, table.checkpoints)
-        report["resumed"] += resumed
-        report["lost"] += len(unfinished) - resumed
+        _restore_batch(core, table, batch_id, ids, loads, report)
+    for batch_id in core.usage.respend(core._batches):
+        core._mark(core._batches[batch_id], StopReason.BUDGET)
+    core._pump_held = False
     for batch_id in list(core._queues):
         core._bind_queued(batch_id, core._batch_meta[batch_id].clones_per_actor)
     core._pump()
     return report
+
+
+def _restore_batch(
+    core: SchedulerCore,
+    table: Table,
+    batch_id: str,
+    ids: list[str],
+    loads: Callable[[bytes], Any],
+    report: RestoreReport,
+) -> None:
+    recs = [table.jobs[j] for j in ids if j in table.jobs]
+    core._batches[batch_id] = [r.job_id for r in recs]
+    for rec in recs:
+        core.jobs[rec.job_id] = rec
+        core._order.add(rec.job_id)
+        if rec.parent:
+            core._children.setdefault(rec.parent, []).append(rec.job_id)
+    unfinished = [r for r in recs if not r.is_terminal]
+    report["finished"] += len(recs) - len(unfinished)
+    sub = _submission(table.blobs.get(batch_id), loads) if unfinished else None
+    for rec in unfinished:
+        if sub is not None and rec.job_id in table.checkpoints:
+            resume_usage(rec, table.checkpoints[rec.job_id], sub.config)
+    recorded: Totals | None = table.usage.get(batch_id)
+    budget = table.budgets.get(batch_id)
+    core.usage.restore_batch(batch_id, recs, recorded, budget, sub.config if sub else None)
+    if not unfinished:
+        return
+    if sub is None:
+        for rec in unfinished:
+            _lose(core, rec, "its batch could not be read back from the journal")
+        report["lost"] += len(unfinished)
+        return
+    resumed = _requeue(core, sub, unfinished, table.checkpoints)
+    report["resumed"] += resumed
+    report["lost"] += len(unfinished) - resumed
 
 
 def _submission(blob: bytes | None, loads: Callable[[bytes], Any]) -> BatchSubmission | None:
@@ -74,7 +98,11 @@ def _submission(blob: bytes | None, loads: Callable[[bytes], Any]) -> BatchSubmi
         sub = loads(blob)
     except Exception:  # a batch pickled by another clonefleet version, or damaged
         return None
-    return sub if isinstance(sub, BatchSubmission) else None
+    if not isinstance(sub, BatchSubmission):
+        return None
+    # One pickled by a version with fewer fields unpickles without them (slots restored by
+    # position): it cannot be run again.
+    return sub if all(hasattr(sub, f.name) for f in fields(sub)) else None
 
 
 def _requeue(
@@ -104,6 +132,7 @@ def _requeue(
             continue
         core._specs[rec.job_id] = spec
         core._queues[sub.batch_id].append(rec.job_id)
+        core._queued += 1
         resumed += 1
         if not was_running:
             continue  # it had not started: it simply starts now
@@ -155,6 +184,8 @@ def evict_expired(core: SchedulerCore, now: float) -> list[str]:
         del core._batches[batch_id]
         for table in (core._batch_meta, core._batch_cap, core._batch_running):
             table.pop(batch_id, None)
+        core.usage.drop_batch(batch_id)
+        core._order.forget(len(ids), core.jobs)
         core.durable.evicted(batch_id)
         gone.append(batch_id)
     return gone
@@ -166,6 +197,8 @@ async def compact_if_due(core: SchedulerCore) -> bool:
     if journal is None or journal.size_bytes() < core.compact_bytes:
         return False
     table = Table(jobs=core.jobs, batches=core._batches, checkpoints=core._checkpoints)
+    table.usage = dict(core.usage.batches)
+    table.budgets = {b: budget.view() for b, budget in core.usage.budgets.items()}
     blobs: dict[str, bytes] = {}
     for batch_id, ids in core._batches.items():
         live = tuple(core._specs[j] for j in ids if j in core._specs)

@@ -25,6 +25,7 @@ __all__ = [
     "BatchSubmission",
     "JobRecord",
     "display_name",
+    "known_cost",
     "new_batch_id",
     "new_job_id",
 ]
@@ -56,6 +57,11 @@ def display_name(agent: str, clone_index: int) -> str:
     return f"Agent #{clone_index + 1}" if agent == "_default" else f"{agent} #{clone_index}"
 
 
+def known_cost(cost_usd: float, unpriced_tokens: int, total_tokens: int) -> float | None:
+    """The dollars of some usage as shown: ``None`` when none of it had a price."""
+    return None if unpriced_tokens and unpriced_tokens >= total_tokens else cost_usd
+
+
 @dataclass(slots=True, kw_only=True)
 class JobRecord:
     """The scheduler's row for one job."""
@@ -76,7 +82,13 @@ class JobRecord:
     usage: dict[str, int] = field(
         default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
     )
+    cost_usd: float = 0.0
+    """Dollars of the usage its events counted on models with a ``price`` (``_usage.py``)."""
+    unpriced_tokens: int = 0
+    """Tokens its events counted on models without a price."""
     progress: dict[str, Any] | None = None
+    todos: list[dict[str, Any]] | None = None
+    """The clone's latest todo list (``todo_write``), or ``None``."""
     outcome: str | None = None
     stop_reason: str | None = None
     result: Any = None
@@ -142,8 +154,12 @@ class JobRecord:
         view = {name: own[name] if name in own else getattr(self, name) for name in _STATUS_FIELDS}
         view.update(
             display_name=display_name(self.agent, self.clone_index),
+            cost_usd=known_cost(
+                self.cost_usd, self.unpriced_tokens, self.usage.get("total_tokens", 0)
+            ),
             detail=self.detail,
             progress=self.progress,
+            todos=self.todos,
             parent=self.parent,
             host=self.host_id,
             node=self.node,
@@ -182,3 +198,8 @@ class BatchSubmission:
     so a remote cluster never needs the caller's files."""
     skills: SkillCatalog | None = None
     """The caller's skills, likewise."""
+    budget_tokens: int | None = None
+    """``--budget-tokens``: once the batch and its subagents used more tokens, the scheduler
+    starts none of its jobs and cancels those running (stop reason ``budget``); ``None`` = none."""
+    budget_usd: float | None = None
+    """``--budget-usd``: the same in US dollars (every model of the batch has a price)."""

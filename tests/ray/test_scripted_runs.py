@@ -147,8 +147,11 @@ def test_scripted_batch_ends_each_clone_as_its_script_says(cli_run, tmp_path):
     assert default["result"]["status"] == "completed"
 
     progress = [line for line in out.stderr.splitlines() if line.startswith("exec: progress ")]
-    assert 'exec: progress {"summary": "reading"}' in progress
-    assert any(json.loads(p[len("exec: progress ") :])["summary"] == "p4" for p in progress)
+    updates = [json.loads(p[len("exec: progress ") :]) for p in progress]
+    index_of = {r["job_id"]: i for i, r in by.items()}
+    assert all(index_of[u["job_id"]] == u["clone_index"] for u in updates)  # each names its job
+    assert any(u["summary"] == "reading" for u in updates)
+    assert any(u["summary"] == "p4" for u in updates)
 
 
 def test_failover_is_reported_as_a_model_failover_event(fleet, tmp_path):

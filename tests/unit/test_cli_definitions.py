@@ -40,7 +40,12 @@ def test_validate_json_reports_definitions_errors_and_warnings_and_exits_1(tmp_p
     report = json.loads(out.stdout)
     assert set(report) == {"definitions", "errors", "warnings", "providers"}
     names = {d["name"]: d for d in report["definitions"]}
-    assert names["good"] == {"name": "good", "path": str(agents / "good.md"), "dialect": "claude"}
+    good = {"name": "good", "path": str(agents / "good.md"), "dialect": "claude"}
+    assert names["good"].items() >= good.items()
+    assert names["good"]["tools"][:2] == ["file_read", "grep"]
+    assert names["good"]["rules"] == [
+        {"source": "definition good", "default": "allow", "allow": ["Read", "Grep"], "deny": []}
+    ]
     assert [(e["path"], e["reason"]) for e in report["errors"]] == [
         (str(agents / "bad.md"), "invalid-definition")
     ]

@@ -52,6 +52,8 @@ EXTRAS: dict[type, set[str]] = {
         "close",
         "message",
         "delivery",
+        "iter_pages",
+        "totals",
     },
 }
 """The public methods each forwarder has besides the protocol's: a job-control method added

@@ -32,6 +32,8 @@ PACKAGES = (
     "cluster",
     "testing",
     "journal",
+    "dashboard",
+    "permissions",
 )
 
 _RUNTIME = {"errors", "config", "vocab", "control", "providers", "permissions"}
@@ -42,7 +44,7 @@ ALLOWED: dict[str, set[str]] = {
     "control": set(),
     "permissions": {"errors", "vocab"},
     "errors": {"vocab"},
-    "config": {"errors", "vocab"},
+    "config": {"errors", "vocab", "permissions"},
     "definitions": {"errors", "config", "vocab", "permissions"},
     "providers": {"errors", "config", "vocab"},
     "actors": {
@@ -59,6 +61,8 @@ ALLOWED: dict[str, set[str]] = {
     "cluster": {"errors", "config", "vocab", "journal"},
     "journal": {"errors"},
     "testing": _RUNTIME | {"actors", "definitions", "scheduler", "journal"},
+    # A client like the command line: it reads the fleet through a Fleet (or a fake) it is given.
+    "dashboard": {"_fleet", "errors", "config", "vocab", "control", "cluster"},
 }
 """Which top-level parts of clonefleet each part may import (itself always allowed)."""
 

@@ -267,19 +267,30 @@ class _FakeFleet:
         self.plan = plan
         return SimpleNamespace(batch_id=plan.submission.batch_id, job_ids=plan.job_ids)
 
-    def follow(self, batch_id: str) -> Any:
+    def events(self, target: str, *, cursor: int = 0, **query: Any) -> Any:
+        """Every job's `result` event in the first page, then nothing."""
+        if cursor:
+            return {"events": [], "cursor": cursor}
+        page = []
         for spec in self.plan.submission.specs:
             record = {
                 "job_id": spec.job_id,
                 "clone_index": spec.clone_index,
                 "status": "completed",
+                "stop_reason": "completed",
                 "outcome": "success",
                 "model": "sim-small",
                 "turns": 1,
                 "result": {"summary": "ok"},
                 "error": None,
+                "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
             }
-            yield {"display_name": "x", "event": {"type": "result", "record": record}}
+            event = {"type": "result", "record": record}
+            page.append({"subagent_run_id": spec.job_id, "display_name": "x", "event": event})
+        return {"events": page, "cursor": 1}
+
+    def remaining(self, ids: Any) -> int:
+        return 0
 
     def close(self) -> None:
         pass

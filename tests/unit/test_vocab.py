@@ -62,8 +62,9 @@ def test_every_work_tool_has_an_implementation_and_nothing_else_does():
 
 
 def test_claude_aliases_name_real_tools():
-    assert set(vocab.CLAUDE_TOOL_ALIASES.values()) <= set(vocab.WORK_TOOLS)
+    assert set(vocab.CLAUDE_TOOL_ALIASES.values()) <= vocab.KNOWN_TOOLS
     assert vocab.canonical_tool("MultiEdit") == "file_edit"
+    assert vocab.canonical_tool("Task") == vocab.canonical_tool("Agent") == "subagent"
     assert vocab.canonical_tool("file_read") == "file_read"
 
 

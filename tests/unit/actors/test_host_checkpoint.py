@@ -23,6 +23,8 @@ CHECKPOINT, FINAL = "_checkpoint", "_final"
 class _Pool:
     """Gives every clone a failover model over the test's own model for its job."""
 
+    web = None  # no web tools configured
+
     def __init__(self, models: dict[str, Any]) -> None:
         self.models = models
 

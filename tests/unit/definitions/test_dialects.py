@@ -272,18 +272,18 @@ def test_claude_unknown_keys_and_tools_are_warnings(write_md: Any, tmp_path: Pat
         write_md,
         tmp_path,
         "c.md",
-        "---\nname: c\ndescription: d\ncolor: red\nmcpServers: {}\nx-custom: 1\n"
-        "tools: [Read, WebSearch, mcp__x__y, SendMessage]\n---\n",
+        "---\nname: c\ndescription: d\ncolor: red\nhooks: {}\nx-custom: 1\n"
+        "tools: [Read, WebSearch, mcp__x__y, NoSuchTool]\n---\n",
     )
-    assert defn.tools == ("file_read", "WebSearch", "mcp__x__y", "SendMessage")
-    assert defn.extra_keys == ("color", "mcpServers", "x-custom")
+    assert defn.tools == ("file_read", "web_search", "mcp__x__y", "NoSuchTool")
+    assert defn.extra_keys == ("color", "hooks", "x-custom")
     text = "\n".join(defn.warnings)
-    for needle in ("WebSearch", "mcp__x__y", "SendMessage", "`mcpServers`", "`x-custom`"):
+    for needle in ("mcp__x__y", "NoSuchTool", "`hooks`", "`x-custom`"):
         assert needle in text
-    assert "color" not in text
+    assert "color" not in text and "web_search" not in text
 
 
-def test_claude_patterned_tools_are_not_granted_but_deny_fully(
+def test_claude_patterned_tools_grant_and_deny_only_matching_calls(
     write_md: Any, tmp_path: Path
 ) -> None:
     defn = _load(
@@ -292,9 +292,12 @@ def test_claude_patterned_tools_are_not_granted_but_deny_fully(
         "c.md",
         "---\nname: c\ndescription: d\ntools: Read, Bash(git diff:*)\ndisallowedTools: [Bash(rm:*)]\n---\n",
     )
-    assert defn.tools == ("file_read",)
-    assert defn.tools_deny == ("shell",)
-    assert len([w for w in defn.warnings if "argument patterns" in w]) == 2
+    assert defn.tools == ("file_read", "shell")
+    assert defn.tools_deny == ()  # only `rm` commands are denied, not the tool
+    assert [r.text for r in defn.permissions.allow] == ["Read", "Bash(git diff:*)"]
+    assert [r.text for r in defn.permissions.deny] == ["Bash(rm:*)"]
+    assert defn.permissions.source == "definition c"
+    assert not [w for w in defn.warnings if "pattern" in w]
 
 
 def test_claude_bad_max_turns_is_invalid(write_md: Any, tmp_path: Path) -> None:

@@ -1,0 +1,144 @@
+"""The :class:`Policy`: layers of rule sets, each bound to a launch directory, and the decision.
+
+A call is allowed only when every layer allows it; deny rules of every layer are looked at
+first, so a denial names the deny rule when there is one.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ToolRetry
+from ._match import Call, allowed, denies, describe_call
+from ._rules import EXEMPT_TOOLS, Default, Form, Rule, RuleSet
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Layer:
+    """A rule set bound to the launch directory its relative path patterns start from."""
+
+    rules: RuleSet
+    root: str = "/"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Denial:
+    """Why a call is denied: the rule (or default) and where it came from."""
+
+    message: str
+    rule: str | None = None
+    """The rule's text; ``None`` when the layer's default or unmatched allow rules deny."""
+    source: str = ""
+
+
+def _denied_by(layer: Layer, rule: Rule) -> Denial:
+    where = f"{layer.rules.source} {rule.key}".strip()
+    return Denial(message=f"denied by rule {rule.text} ({where})", rule=rule.text, source=where)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    """Layers of allow and deny rules; picklable (it travels in every clone spec).
+
+    A call is allowed when no layer denies it: a layer denies a call that one of its deny rules
+    matches, a call of a tool its allow rules name that none of them matches, and (with
+    ``default: deny``) a call of a tool no allow rule names. Deny rules of every layer are looked
+    at first, so a denial names the deny rule when there is one.
+    """
+
+    layers: tuple[Layer, ...] = ()
+    cwd: str = "/"
+    """The calling clone's launch directory: relative path arguments start there."""
+
+    def child(self, rules: RuleSet, root: str, cwd: str | None = None) -> Policy:
+        """This policy with one more layer below it (a definition's, bound to ``root``)."""
+        root = posixpath.normpath(os.path.abspath(root))
+        layers = self.layers if rules.is_empty else (*self.layers, Layer(rules=rules, root=root))
+        return Policy(layers=layers, cwd=posixpath.normpath(os.path.abspath(cwd or root)))
+
+    def extends(self, parent: Policy) -> bool:
+        """Whether this policy keeps every layer of ``parent``, in order (it can only narrow)."""
+        return self.layers[: len(parent.layers)] == parent.layers
+
+    def decide(self, tool: str, arguments: Mapping[str, Any]) -> Denial | None:
+        """``None`` when ``tool`` may run with ``arguments``, else why not."""
+        if tool in EXEMPT_TOOLS or not self.layers:
+            return None
+        call = describe_call(tool, arguments, self.cwd)
+        for layer in self.layers:
+            for rule in layer.rules.deny:
+                if denies(rule, call, layer.root):
+                    return _denied_by(layer, rule)
+        for layer in self.layers:
+            denial = self._layer_allows(layer, call)
+            if denial is not None:
+                return denial
+        return None
+
+    @staticmethod
+    def _layer_allows(layer: Layer, call: Call) -> Denial | None:
+        rules = [r for r in layer.rules.allow if r.applies_to(call.tool)]
+        source = layer.rules.source
+        if not rules:
+            if layer.rules.default is Default.ALLOW:
+                return None
+            return Denial(
+                message=f"{call.tool} is not allowed: no allow rule of {source} permissions"
+                " names it (default: deny)",
+                source=source,
+            )
+        if allowed(rules, call, layer.root):
+            return None
+        names = ", ".join(r.text for r in rules[:5]) + (", ..." if len(rules) > 5 else "")
+        return Denial(
+            message=f"not allowed by {source} permissions: this {call.tool} call matches none of"
+            f" {names}",
+            source=source,
+        )
+
+    def check(self, tool: str, arguments: Mapping[str, Any]) -> None:
+        """Return when ``tool`` may run with ``arguments``.
+
+        Raises:
+            ToolRetry: the call is denied; the message names the rule that denied it.
+        """
+        denial = self.decide(tool, arguments)
+        if denial is not None:
+            raise ToolRetry(denial.message)
+
+    def tool_denial(self, tool: str) -> Denial | None:
+        """Why ``tool`` is denied whatever its arguments (a bare deny rule, or a ``default:
+        deny`` layer none of whose allow rules names it); ``None`` when some call may run."""
+        if tool in EXEMPT_TOOLS:
+            return None
+        for layer in self.layers:
+            for rule in layer.rules.deny:
+                if rule.form is Form.ANY and rule.applies_to(tool):
+                    return _denied_by(layer, rule)
+        call = Call(tool, None)
+        for layer in self.layers:
+            if layer.rules.default is Default.DENY and not any(
+                r.applies_to(tool) for r in layer.rules.allow
+            ):
+                return self._layer_allows(layer, call)
+        return None
+
+    def describe(self) -> list[dict[str, Any]]:
+        """The layers for people and ``validate --json``: source, default, allow and deny rules."""
+        return [
+            {
+                "source": layer.rules.source,
+                "default": str(layer.rules.default),
+                "allow": [r.text for r in layer.rules.allow],
+                "deny": [r.text for r in layer.rules.deny],
+            }
+            for layer in self.layers
+        ]
+
+
+ALLOW_ALL = Policy()
+"""The policy with no rules: every call allowed."""
