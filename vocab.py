@@ -145,6 +145,7 @@ CLAUDE_TOOL_ALIASES: dict[str, str] = {
     "Task": "subagent",
     "Agent": "subagent",
     "SendMessage": "message_subagent",
+    "TaskCreate": "subagent",
     "TaskList": "list_jobs",
     "TaskGet": "job_status",
     "TaskUpdate": "job_cancel",
@@ -152,6 +153,8 @@ CLAUDE_TOOL_ALIASES: dict[str, str] = {
     "TaskStop": "job_cancel",
     "Skill": "skill",
     "SlashCommand": "skill",
+    "ToolSearch": "tool_search",
+    "NotebookRead": "file_read",
     "ListMcpResourcesTool": "mcp_list_resources",
     "ReadMcpResourceTool": "mcp_read_resource",
 }

@@ -46,6 +46,7 @@ from ._model import PriceConfig as PriceConfig
 from ._model import ProviderConfig as ProviderConfig
 from ._model import SimulatedOptions as SimulatedOptions
 from ._model import check_base_url as check_base_url
+from ._model import price_per_token as price_per_token
 from ._model import provider_route as provider_route
 from ._model import shown_url as shown_url
 from ._model import usage_cost as usage_cost
@@ -94,6 +95,7 @@ __all__ = [
     "mcp_change",
     "needs_trust",
     "printable",
+    "price_per_token",
     "provider_change",
     "provider_route",
     "read_regular_file",

@@ -71,6 +71,9 @@ def load_config_from(source: ConfigSource) -> Config:
         config = _read_config(Path(source.path))
         if source.kind == "project":
             source = _check_project(config, source)
+            if (glob := _global_config_path()).is_file():
+                # The user's own rules still hold: a project's config can only narrow them.
+                config._user_permissions = _read_config(glob).permissions
     config._source = source
     return config
 

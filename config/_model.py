@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from ..errors import ConfigError
+from ..permissions import RuleSet
 from ._files import printable
 from ._mcp import McpServers
 from ._permissions import PermissionsConfig
@@ -195,6 +196,17 @@ class Config(BaseModel):
     """The file this config came from (``None`` for built-in defaults)."""
     _declared: frozenset[str] = PrivateAttr(default=frozenset())
     _source: ConfigSource = PrivateAttr(default=ConfigSource())
+    _user_permissions: PermissionsConfig | None = PrivateAttr(default=None)
+    """The user's own (global) config's ``permissions`` while a project's config is in use."""
+
+    def permission_layers(self) -> tuple[RuleSet, ...]:
+        """The config layers of every clone's policy, outermost first: the user's own config's
+        rules when a project's config is in use (a project's config can only narrow them), then
+        this config's."""
+        own = self.permissions.rule_set()
+        if self._user_permissions is None:
+            return (own,)
+        return (self._user_permissions.rule_set("your config"), own)
 
     @property
     def source(self) -> ConfigSource:
@@ -322,12 +334,9 @@ def check_base_url(url: str, config_path: str | None, key: str) -> str:
     return url
 
 
-def usage_cost(config: Config, model: str | None, usage: Mapping[str, int]) -> float | None:
-    """What ``usage`` (``input_tokens``, ``output_tokens``) on ``model`` cost in US dollars.
-
-    ``model`` is a model key or alias, as a run record's ``model`` field names it. ``None`` when
-    the model is unknown or has no ``price`` in config.
-    """
+def price_per_token(config: Config, model: str | None) -> tuple[float, float] | None:
+    """Dollars per input and per output token of ``model`` (a model key or alias), or ``None``
+    when the config does not know the model or gives it no ``price``."""
     if model is None:
         return None
     try:
@@ -336,8 +345,16 @@ def usage_cost(config: Config, model: str | None, usage: Mapping[str, int]) -> f
         return None
     if entry.price is None:
         return None
-    price = entry.price
-    return (
-        usage.get("input_tokens", 0) * price.input_per_mtok
-        + usage.get("output_tokens", 0) * price.output_per_mtok
-    ) / 1_000_000
+    return entry.price.input_per_mtok / 1e6, entry.price.output_per_mtok / 1e6
+
+
+def usage_cost(config: Config, model: str | None, usage: Mapping[str, int]) -> float | None:
+    """What ``usage`` (``input_tokens``, ``output_tokens``) on ``model`` cost in US dollars.
+
+    ``model`` is a model key or alias, as a run record's ``model`` field names it. ``None`` when
+    the model is unknown or has no ``price`` in config.
+    """
+    price = price_per_token(config, model)
+    if price is None:
+        return None
+    return usage.get("input_tokens", 0) * price[0] + usage.get("output_tokens", 0) * price[1]

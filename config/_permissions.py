@@ -34,10 +34,10 @@ class PermissionsConfig(BaseModel):
         parse_rules(value, f"permissions.{name}", deny=name == "deny")  # ValueError names the entry
         return value
 
-    def rule_set(self) -> RuleSet:
-        """The rules as the config layer of a policy (``source`` ``config``)."""
+    def rule_set(self, source: str = "config") -> RuleSet:
+        """The rules as a config layer of a policy; ``source`` names it in messages."""
         return RuleSet(
-            source="config",
+            source=source,
             allow=parse_rules(self.allow, "permissions.allow"),
             deny=parse_rules(self.deny, "permissions.deny", deny=True),
             default=Default(self.default),

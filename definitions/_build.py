@@ -247,7 +247,7 @@ def _read_claude(raw: RawDefinition, stem: str | None, shipped: bool) -> _Read:
     tools = _claude_tools(fm, path, warnings)
     extra = _claude_extra_keys(fm, warnings)
     denied = _claude_list(fm.get("disallowedTools"), "disallowedTools", path) or []
-    spawn, denied = claude_spawn(tools, denied)  # `Task` in tools: may spawn
+    spawn, denied = claude_spawn(tools, denied, warnings)  # `Task` in tools: may spawn
     keys = NativeKeys.model_construct(  # the keys not given keep their defaults
         model=_claude_scalar(fm.get("model"), "model", path),
         tools=tools,

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import difflib
 import os
+import shlex
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..config import Config, printable
-from ..errors import DefinitionError
+from ..config import Config, printable, read_trust_records
+from ..errors import ConfigError, DefinitionError
 from ._build import build_definition, build_python
 from ._model import RESERVED_NAME, Definition, LoadFailure, LoadReason, LoadWarning
 from ._parse import parse_file
@@ -343,8 +344,12 @@ def discover(
     """
     follow = bool(config and config.discovery.follow_symlinks_for_configs)
     total = load_directory(SHIPPED_DIR, shipped=True)
+    project = Path(cwd) / ".clonefleet" / "subagents"
     for folder, explicit in subagent_search_path(Path(cwd), subagents_dirs, config):
-        total.extend(load_directory(folder, follow_symlinks=follow, explicit=explicit))
+        load = load_directory(folder, follow_symlinks=follow, explicit=explicit)
+        if folder == project:
+            _refuse_untrusted_commands(load, Path(cwd))
+        total.extend(load)
     for defn in registered():
         total.definitions.append(defn)
         total.warnings += _warnings_of(defn)
@@ -372,6 +377,53 @@ def discover(
             total.definitions.append(defn)
             total.warnings += _warnings_of(defn)
     return total
+
+
+def _trusted(project: Path) -> bool:
+    try:
+        records = read_trust_records()
+    except ConfigError:
+        return False  # an unreadable trust file trusts nothing
+    return any(r.get("dir") == str(project.resolve()) for r in records)
+
+
+def _refuse_untrusted_commands(load: DirectoryLoad, project: Path) -> None:
+    """A definition in an untrusted project's folder may not start an MCP server command.
+
+    Such a server would run on every clone host as soon as a clone of the definition starts,
+    before any model chose to; the definition is reported (``invalid-definition``, rule
+    ``untrusted-mcp-server``) until ``clonefleet trust`` trusts the folder.
+    """
+    commands = [
+        (defn, name, entry)
+        for defn in load.definitions
+        for name, entry in defn.mcp_servers
+        if isinstance(entry, dict) and entry.get("command")
+    ]
+    if not commands or _trusted(project):
+        return
+    refused: dict[int, Definition] = {}
+    for defn, name, entry in commands:
+        if id(defn) in refused:
+            continue
+        refused[id(defn)] = defn
+        command = entry["command"]
+        argv = [command] if isinstance(command, str) else list(command)
+        argv += list(entry.get("args") or ())
+        load.errors.append(
+            LoadFailure(
+                path=defn.path or str(project),
+                reason=LoadReason.INVALID_DEFINITION,
+                message=(
+                    f"rule untrusted-mcp-server: its MCP server {name!r} would run "
+                    f"{printable(shlex.join(str(a) for a in argv))!r} on every clone host, and "
+                    "this project's folder is not trusted; a project's definition may not start a "
+                    "server command until you trust its folder: run "
+                    f"`clonefleet trust {printable(shlex.quote(str(project)))}`"
+                ),
+            )
+        )
+    load.definitions[:] = [d for d in load.definitions if id(d) not in refused]
 
 
 def load_catalog(

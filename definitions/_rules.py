@@ -404,12 +404,17 @@ def base_tool(entry: str) -> tuple[str, bool]:
     return canonical_tool(patterned.group(1) if patterned else entry.strip()), bool(patterned)
 
 
-def claude_spawn(tools: Sequence[str] | None, denied: Sequence[str]) -> tuple[bool, list[str]]:
+def claude_spawn(
+    tools: Sequence[str] | None, denied: Sequence[str], warnings: list[str]
+) -> tuple[bool, list[str]]:
     """Whether a claude file may spawn, and its ``disallowedTools`` left for ``tools_deny``.
 
     Listing Claude Code's subagent tool (``Task``, ``Agent``) in ``tools`` allows spawning;
     naming it in ``disallowedTools`` forbids it (``tools_deny`` may not name ``subagent``, so it
-    is taken out of the list).
+    is taken out of the list). A Claude Code name for a tool every subagent keeps (``Skill``,
+    ``TaskList``, ``TaskGet``, …) is left out of ``disallowedTools`` with a warning: such a file
+    loads, as it did before those names meant anything here. The tools' own names still break
+    the ``tools-deny-protected`` rule.
     """
     kept: list[str] = []
     no_spawn = False
@@ -417,6 +422,10 @@ def claude_spawn(tools: Sequence[str] | None, denied: Sequence[str]) -> tuple[bo
         tool, patterned = base_tool(entry)
         if tool == "subagent" and not patterned:
             no_spawn = True
+        elif tool in UNDENIABLE_TOOLS and not patterned and entry.strip() != tool:
+            warnings.append(
+                f"`disallowedTools` entry {entry.strip()!r} is ignored: {tool} cannot be denied"
+            )
         else:
             kept.append(entry)
     spawn = not no_spawn and any(base_tool(t)[0] == "subagent" for t in tools or ())

@@ -108,6 +108,8 @@ def _mention(
 ) -> tuple[str, bool, dict[str, str] | None]:
     """``(tool, names a real tool, why it is missing)`` of one ``tools`` entry."""
     tool = canonical_tool(base_tool(entry)[0])
+    if tool in servers and tool not in KNOWN_TOOLS:
+        tool = f"mcp__{tool}"  # a bare server name, as older Claude Code files list them
     if tool in ("tag!ALL", "tag!ALL_MCP"):
         return tool, True, None
     real = tool in KNOWN_TOOLS or (tool.startswith("mcp__") and len(tool) > 5)

@@ -27,7 +27,7 @@ from ..definitions import (
 from ..errors import ConfigError, UsageError
 from ..permissions import ALLOW_ALL, Policy
 from ..providers import SimScript
-from ..vocab import MCP_ALL, WEB_TOOLS, WORK_TOOLS, canonical_tool, is_mcp_grant
+from ..vocab import KNOWN_TOOLS, MCP_ALL, WEB_TOOLS, WORK_TOOLS, canonical_tool, is_mcp_grant
 from ._usage import check_budget
 
 __all__ = [
@@ -110,6 +110,7 @@ def resolve_tools(
     defn: Definition,
     caller_tools: Sequence[str] | None = None,
     web_tools: Collection[str] = (),
+    servers: Collection[str] = (),
 ) -> tuple[str, ...]:
     """The built-in tools a clone of ``defn`` may call.
 
@@ -120,7 +121,9 @@ def resolve_tools(
 
     MCP grants (``mcp__<server>__<tool>``, ``mcp__<server>``, ``tag!ALL_MCP``, the resource
     tools) pass through for the clone host to resolve against its servers; the command-line
-    caller and ``tag!ALL`` grant ``tag!ALL_MCP``, every tool of the clone's MCP servers.
+    caller and ``tag!ALL`` grant ``tag!ALL_MCP``, every tool of the clone's MCP servers. A bare
+    name of one of the clone's MCP ``servers`` (as older Claude Code files list them) means the
+    ``mcp__<server>`` shorthand.
     """
     caller = (
         [*(t for t in WORK_TOOLS if t not in WEB_TOOLS or t in web_tools), MCP_ALL]
@@ -128,6 +131,7 @@ def resolve_tools(
         else [t for t in caller_tools if t != "switch_facet"]
     )
     names = caller if defn.tools is None else [canonical_tool(t) for t in defn.tools]
+    names = [f"mcp__{n}" if n in servers and n not in KNOWN_TOOLS else n for n in names]
     if "tag!ALL" in names:
         names = [*WORK_TOOLS, MCP_ALL]
     if defn.inherit_tools:
@@ -275,16 +279,20 @@ def clone_tools(
     """What a clone of ``defn`` launched in ``launch`` gets: its tools, its permission policy
     and whether it may spawn (``validate`` reports the same, docs/permissions.md).
 
-    The policy is the caller's (a nested spawn) or else the config's layer, with the
+    The policy is the caller's (a nested spawn) or else the config's layers (the user's own
+    config's first while a project's config is in use), with the
     definition's own layer below it; relative path rules of a layer start at that layer's
     launch directory. A tool the policy denies whatever its arguments is left out, and a
     definition may spawn only while the policy lets it call ``subagent`` at all.
     """
     base = caller_policy
     if base is None:
-        base = ALLOW_ALL.child(config.permissions.rule_set(), str(launch))
+        base = ALLOW_ALL
+        for layer in config.permission_layers():
+            base = base.child(layer, str(launch))
     policy = base.child(defn.permissions, str(launch))
-    tools = resolve_tools(defn, caller_tools, config.web.enabled_tools)
+    servers = {*config.mcp_servers, *(name for name, _ in defn.mcp_servers)}
+    tools = resolve_tools(defn, caller_tools, config.web.enabled_tools, servers)
     return Effective(
         tools=tuple(t for t in tools if policy.tool_denial(t) is None),
         policy=policy,

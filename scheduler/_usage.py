@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import Config
-from ..errors import ConfigError, UsageError
+from ..config import Config, price_per_token
+from ..errors import UsageError
 from ._state import JobRecord, known_cost
 
 __all__ = [
@@ -154,20 +154,6 @@ def budget_record(sub: Any) -> dict[str, Any] | None:
     if tokens is None and usd is None:
         return None
     return {"budget_tokens": tokens, "budget_usd": usd}
-
-
-def price_per_token(config: Config, model: str | None) -> Price | None:
-    """Dollars per input and per output token of ``model`` (a model key or alias), or ``None``
-    when the config does not know the model or gives it no ``price``."""
-    if model is None:
-        return None
-    try:
-        _, entry, _ = config.resolve_model(model)
-    except ConfigError:
-        return None
-    if entry.price is None:
-        return None
-    return entry.price.input_per_mtok / 1e6, entry.price.output_per_mtok / 1e6
 
 
 def check_budget(

@@ -27,11 +27,17 @@ import pytest
 pytestmark = pytest.mark.timeout(240)
 
 # A client that connects, runs one task and reports the HTTP port of each node's dashboard agent.
+# A node reports its agent's port once the agent is up (-1 before): wait for every one, bounded.
 CLIENT = """
-import json, sys, ray
+import json, sys, time, ray
 ray.init(address=sys.argv[1], log_to_driver=False)
 value = ray.get(ray.remote(lambda: 42).remote(), timeout=60)
-ports = [n["DashboardAgentListenPort"] for n in ray.nodes() if n["Alive"]]
+deadline = time.monotonic() + 60
+while True:
+    ports = [n["DashboardAgentListenPort"] for n in ray.nodes() if n["Alive"]]
+    if all(p > 0 for p in ports) or time.monotonic() > deadline:
+        break
+    time.sleep(0.05)
 session = ray._private.worker._global_node.get_session_dir_path()
 print(json.dumps({"task": value, "agent_ports": ports, "session_dir": session}))
 """

@@ -38,3 +38,35 @@ def test_a_bad_rule_is_a_config_error_naming_the_key(
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert info.value.key == key and needle in info.value.message
+
+
+def test_a_projects_config_narrows_the_users_own_rules_and_cannot_drop_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from clonefleet.definitions import AgentDefinition
+    from clonefleet.errors import ToolRetry
+    from clonefleet.scheduler import clone_tools
+
+    for name in ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
+        (tmp_path / name).mkdir()
+        monkeypatch.setenv(name, str(tmp_path / name))
+    monkeypatch.delenv("CLONEFLEET_CONFIG", raising=False)
+    own = tmp_path / "XDG_CONFIG_HOME" / "clonefleet"
+    own.mkdir()
+    (own / "config.yaml").write_text("permissions:\n  deny: ['Bash(rm:*)']\n")
+    project = tmp_path / "project"
+    (project / ".clonefleet").mkdir(parents=True)
+    # The project's config allows everything and denies something else of its own.
+    (project / ".clonefleet" / "config.yaml").write_text(
+        "permissions:\n  allow: [Bash]\n  deny: ['Bash(curl:*)']\n"
+    )
+    config = load_config(cwd=project)
+    assert config.source.kind == "project"
+    policy = clone_tools(AgentDefinition("a", "d"), config, project).policy
+    with pytest.raises(ToolRetry, match=r"Bash\(rm:\*\) \(your config permissions.deny\)"):
+        policy.check("shell", {"command": "rm -rf data"})
+    with pytest.raises(ToolRetry, match=r"Bash\(curl:\*\) \(config permissions.deny\)"):
+        policy.check("shell", {"command": "curl example.com"})
+    policy.check("shell", {"command": "ls"})
+    # Without a project's config the user's own rules are the one config layer.
+    assert [layer.source for layer in load_config(cwd=tmp_path).permission_layers()] == ["config"]

@@ -106,3 +106,23 @@ def test_validate_tools_json_from_the_command_line(tmp_path: Path) -> None:
     assert out.returncode == 1  # the file without frontmatter is an error
     totals = json.loads(out.stdout)["tool_resolution"]["totals"]
     assert totals["mentions"] == 91 and totals["resolved_pct"] >= 97.0
+
+
+def test_a_bare_configured_server_name_resolves_to_its_tools(tmp_path: Path) -> None:
+    agents = tmp_path / "agents"
+    agents.mkdir()
+    (agents / "old.md").write_text(
+        "---\nname: old\ndescription: an older file\ntools: Read, context7, Docker\n---\nbody\n"
+    )
+    config = Config(mcp_servers={"context7": SERVERS["context7"]})
+    found = validate_report(
+        [agents],
+        cwd=tmp_path,
+        config=config,
+        effective_of=lambda defn: clone_tools(defn, config, tmp_path),
+        tools=True,
+    )
+    (row,) = found["tool_resolution"]["definitions"]
+    assert (row["mentions"], row["resolved"]) == (3, 2)
+    assert "mcp__context7" in row["gets"]
+    assert [m["reason"] for m in row["missing"]] == ["unknown-tool"]

@@ -274,3 +274,20 @@ def test_enum_warning_reaches_catalog_and_reload(write_md: Any, tmp_path: Path) 
     catalog = load_catalog(tmp_path)
     assert [(w.name, "'weird'" in w.message) for w in catalog.warnings] == [("odd", True)]
     assert [(w.name, "'weird'" in w.message) for w in catalog.reload().warnings] == [("odd", True)]
+
+
+def test_claude_names_of_undeniable_tools_in_disallowed_tools_warn(
+    write_md: Any, tmp_path: Path
+) -> None:
+    # Claude Code names that map onto tools every subagent keeps are ignored with a warning,
+    # so a file written for Claude Code still loads.
+    text = (
+        "---\nname: c\ndescription: d\n"
+        "disallowedTools: [Skill, SlashCommand, TaskList, TaskGet, TaskOutput, TaskUpdate, Bash]\n"
+        "---\n"
+    )
+    path = write_md(tmp_path / "defs", "c.md", text)
+    defn = load_file(path)
+    assert defn.tools_deny == ("shell",)
+    ignored = [w for w in defn.warnings if "is ignored" in w and "cannot be denied" in w]
+    assert len(ignored) == 6
