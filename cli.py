@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ._cli_bench import add_bench_parser, cmd_bench
 from ._cli_control import CONTROL_HANDLERS, add_control_parsers, make_console
 from ._cli_dashboard import add_dashboard_parser, cmd_dashboard
 from .config import printable
@@ -72,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_control_parsers(sub)
     add_trust_parser(sub)
     add_dashboard_parser(sub)
+    add_bench_parser(sub)
     return parser
 
 
@@ -230,6 +232,11 @@ def _add_provider_parser(sub: Any) -> None:
     serve.add_argument("--seed", type=int, default=0)
 
 
+FOLLOW_MARGIN_S = 30.0
+"""What each read that follows a run may take past its own wait before the run gives up: a
+scheduler folding a big batch's events answers late, not never (docs/scaling.md)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler = {
@@ -240,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         **CONTROL_HANDLERS,
         "trust": cmd_trust,
         "dashboard": cmd_dashboard,
+        "bench": cmd_bench,
     }[args.command]
     try:
         return handler(args)
@@ -275,6 +283,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         fleet = Fleet(address, config=config)
+        fleet.wait_margin_s = FOLLOW_MARGIN_S  # the reads that follow the run (see above)
         try:
             batch = fleet.submit(plan)
             if args.detach:

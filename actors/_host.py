@@ -37,6 +37,7 @@ _T = TypeVar("_T")
 _FINAL = str(EventType.FINAL)
 _FAILOVER = str(EventType.MODEL_FAILOVER)
 _CHECKPOINT = str(EventType.CHECKPOINT)
+_RESULT = str(EventType.RESULT)
 
 
 class HostCore:
@@ -50,6 +51,9 @@ class HostCore:
         max_buffer: events held between drains; past it, new non-final events are dropped (a
             job's final event never is; a checkpoint waits for the next drain).
         clock: monotonic clock of the checkpoint interval, injected for tests.
+        drain_every_s: least time between the ends of two drains: a drain that comes sooner
+            waits out the rest first, so events ship in batches of that period's worth rather
+            than one actor call per handful of events (each call costs both processes CPU).
     """
 
     def __init__(
@@ -58,7 +62,10 @@ class HostCore:
         control: JobControl | None = None,
         max_buffer: int = 200_000,
         clock: Callable[[], float] = time.monotonic,
+        drain_every_s: float = 0.0,
     ) -> None:
+        self._drain_every_s = drain_every_s
+        self._drained_at = float("-inf")
         self._pools: dict[str, ProviderPool] = {}
         self.mcp = McpManager()
         """The MCP servers of this host, shared by all its clones (started on first need)."""
@@ -85,7 +92,9 @@ class HostCore:
             self._mail.pop(job_id, None)  # its job ended first: the inbox says undelivered
             for table in (self._dirty, self._interval, self._shipped_at):
                 table.pop(job_id, None)
-        elif len(self._events) >= self._max_buffer:
+        elif event["type"] == _RESULT or len(self._events) >= self._max_buffer:
+            # The clone's own `result` event stays here: its job's final event carries the
+            # whole record, and the scheduler logs the one terminal event itself from that.
             return
         self._events.append({"job_id": job_id, "event": event})
         self._wakeup.set()
@@ -288,7 +297,11 @@ class HostCore:
         """Return buffered events, waiting up to ``wait_s`` for the first one.
 
         Checkpoints whose interval has passed join the buffer first (and again after the wait).
+        A drain within ``drain_every_s`` of the previous one waits out the rest first.
         """
+        early = self._drained_at + self._drain_every_s - time.monotonic()
+        if early > 0:
+            await asyncio.sleep(early)
         self._ship_checkpoints()
         if not self._events:
             self._wakeup.clear()
@@ -301,6 +314,8 @@ class HostCore:
         out, self._events = self._events[:max_events], self._events[max_events:]
         if not self._events:
             self._wakeup.clear()
+        if out:
+            self._drained_at = time.monotonic()
         return out
 
     async def aclose(self) -> None:

@@ -39,6 +39,11 @@ __all__ = [
 ]
 
 
+_DRAIN_EVERY_S = 0.02
+"""Least time between two event batches a host hands the scheduler (see ``HostCore``): at
+thousands of clones a drain per handful of events made hundreds of actor calls a second."""
+
+
 class CloneHostActor:
     """Hosts many clones as asyncio tasks in one worker process (a Ray actor: see
     :data:`_HOST_ACTOR`)."""
@@ -56,7 +61,7 @@ class CloneHostActor:
     def _host(self) -> HostCore:
         # Loop-bound objects (events, HTTP clients) are made on first use inside the actor's loop.
         if self._core is None:
-            self._core = HostCore(control=SchedulerControl())
+            self._core = HostCore(control=SchedulerControl(), drain_every_s=_DRAIN_EVERY_S)
         return self._core
 
     async def start(

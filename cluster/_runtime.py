@@ -33,6 +33,7 @@ _SUBPACKAGES = (
     "journal",
     "permissions",
     "dashboard",
+    "bench",
 )
 _DATA = ("definitions/shipped/*.md", "definitions/fragments/*.md", "cluster/*.yaml")
 KEEP_SNAPSHOTS = 3

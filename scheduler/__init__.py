@@ -9,11 +9,13 @@ from ._batch import clone_tools as clone_tools
 from ._batch import plan_specs as plan_specs
 from ._batch import resolve_tools as resolve_tools
 from ._core import SchedulerCore as SchedulerCore
+from ._durable import Durable as Durable
 from ._hosts import HostFactory as HostFactory
 from ._hosts import HostLike as HostLike
 from ._hosts import choose_clones_per_actor as choose_clones_per_actor
 from ._offline import JournalView as JournalView
 from ._offline import journal_folder as journal_folder
+from ._recovery import evict_expired as evict_expired
 from ._state import TERMINAL as TERMINAL
 from ._state import TRANSITIONS as TRANSITIONS
 from ._state import BatchSubmission as BatchSubmission
@@ -27,6 +29,7 @@ __all__ = [
     "TRANSITIONS",
     "BatchRequest",
     "BatchSubmission",
+    "Durable",
     "HostFactory",
     "HostLike",
     "JobRecord",
@@ -36,6 +39,7 @@ __all__ = [
     "clone_tools",
     "choose_clones_per_actor",
     "display_name",
+    "evict_expired",
     "journal_folder",
     "new_batch_id",
     "new_job_id",

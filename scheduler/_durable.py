@@ -314,6 +314,8 @@ class Durable:
 
     def events(self, first: int, entries: list[Entry]) -> None:
         """Keep events that leave the scheduler's memory, in chunks of :data:`EVENT_CHUNK`."""
+        if self.journal is None:
+            return  # nothing is kept: not even the rows are made
         for at in range(0, len(entries), EVENT_CHUNK):
             chunk = entries[at : at + EVENT_CHUNK]
             rows = [[first + at + i, sorted(c), k, e] for i, (c, k, e) in enumerate(chunk)]

@@ -27,15 +27,20 @@ class Pulse:
     next fire."""
 
     def __init__(self) -> None:
-        self._event = asyncio.Event()
+        self._event: asyncio.Event | None = None
+        """The event waiters wait on; ``None`` while nobody waits (a fire then costs nothing:
+        it runs once per logged event)."""
 
     def fire(self) -> None:
-        event, self._event = self._event, asyncio.Event()
-        event.set()
+        event, self._event = self._event, None
+        if event is not None:
+            event.set()
 
     async def wait(self, timeout_s: float) -> None:
         """Return at the next :meth:`fire`, or after ``timeout_s``."""
         event = self._event
+        if event is None:
+            event = self._event = asyncio.Event()
         try:
             async with asyncio.timeout(timeout_s):
                 await event.wait()
@@ -105,6 +110,11 @@ class EventLog:
         if len(self._log) > self.max_events:
             self._trim()
         self._pulse.fire()
+
+    @property
+    def base(self) -> int:
+        """The number of the oldest event in memory (those before it were spilled)."""
+        return self._base
 
     @property
     def next_seq(self) -> int:

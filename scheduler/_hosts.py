@@ -7,7 +7,9 @@ until they have all ended, and then the host idles (kept warm for the next batch
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -72,6 +74,14 @@ async def node_of(host: HostLike) -> str | None:
     """
     return await host.node_id() if isinstance(host, _Placed) else None
 
+
+FOLD_CHUNK = 2000
+"""Events a drain loop applies before it yields to the scheduler's other calls."""
+
+DRAIN_CALLS_PER_S = 2000
+"""Drain calls per second of all busy hosts together, at most: each host drains at most every
+20 ms by itself, so past about 40 hosts their drains are spaced out, each carrying more events
+(1,000 hosts: one drain each per 0.5 s; docs/scaling.md)."""
 
 HostFactory = Callable[[str, JobControl], HostLike]
 """Makes a host for ``(host_id, control)``; ``control`` is the in-process job control (the core
@@ -198,6 +208,11 @@ class HostPool:
         if host is not None and job_id in self._host_jobs.get(host.host_id, ()):
             self._open[host.host_id] -= 1
 
+    def forget(self, job_ids: Sequence[str]) -> None:
+        """Drop ended jobs that left the table (evicted) from the job-to-host map."""
+        for job_id in job_ids:
+            self._job_host.pop(job_id, None)
+
     def warm(self, count: int) -> None:
         """Start ``count`` idle hosts now, so the next batches skip process start-up."""
         self.warm_hosts = count
@@ -221,6 +236,7 @@ class HostPool:
         healthy = True
         try:
             while self._open.get(host.host_id, 0) > 0:
+                began = time.monotonic()
                 try:
                     batch = await host.drain(1.0)
                 except ClusterError as exc:
@@ -230,8 +246,9 @@ class HostPool:
                     if lost:
                         self._lost(host, lost, f"clone host {host.host_id} died: {exc}")
                     return
-                for item in batch:
-                    self._apply(item["job_id"], item["event"])
+                await self._fold(batch)
+                if batch:
+                    await self._pace(began)
         finally:
             self._draining.discard(host.host_id)
             if healthy:
@@ -242,6 +259,23 @@ class HostPool:
                 self._add_idle(host)
             else:
                 self._spawn(host.close())
+
+    async def _pace(self, began: float) -> None:
+        """Space this host's drains so that all busy hosts together make about
+        :data:`DRAIN_CALLS_PER_S` calls (no wait with fewer than 40 or so hosts)."""
+        gap = len(self._draining) / DRAIN_CALLS_PER_S
+        left = gap - (time.monotonic() - began)
+        if gap >= 0.02 and left > 0:
+            await asyncio.sleep(left)
+
+    async def _fold(self, batch: list[dict[str, Any]]) -> None:
+        """Apply a drained batch, letting the scheduler's other calls run every
+        :data:`FOLD_CHUNK` events (a drain of 200,000 events would hold its loop for seconds)."""
+        for at in range(0, len(batch), FOLD_CHUNK):
+            if at:
+                await asyncio.sleep(0)
+            for item in batch[at : at + FOLD_CHUNK]:
+                self._apply(item["job_id"], item["event"])
 
     async def aclose(self) -> None:
         """Close the idle hosts (busy ones close when their drain loops end)."""

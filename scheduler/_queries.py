@@ -12,7 +12,7 @@ from typing import Unpack
 
 from .. import control as api
 from ..control import Seconds
-from ..errors import UnknownJobError, UsageError
+from ..errors import JournalError, UnknownJobError, UsageError
 from ._durable import Durable
 from ._events import PAGE_LIMIT, EventLog, Pulse
 from ._listing import JobOrder, check_limit, page_jobs
@@ -128,4 +128,13 @@ class JobQueries:
         ids = set(self._expand([target])) if target else None
         cursor, level = query.get("cursor", 0), query.get("level", "lifecycle")
         limit = check_limit(query.get("limit"), PAGE_LIMIT) or PAGE_LIMIT
+        while cursor < (base := self._log.base):
+            # Spilled events are read back from the journal: every one of them on disk first
+            # (a spill while this waited counts too), else the page would skip those in flight.
+            try:
+                await self.durable.commit()
+            except JournalError:
+                break  # a failing journal: read what it holds
+            if self._log.base == base:
+                break
         return await self._log.read(ids, cursor, level, query.get("wait_s", 0.0), limit)

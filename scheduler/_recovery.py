@@ -181,6 +181,7 @@ def evict_expired(core: SchedulerCore, now: float) -> list[str]:
         for job_id in ids:
             core.jobs.pop(job_id, None)
             core._children.pop(job_id, None)
+        core.hosts.forget(ids)
         del core._batches[batch_id]
         for table in (core._batch_meta, core._batch_cap, core._batch_running):
             table.pop(batch_id, None)

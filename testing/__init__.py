@@ -2,13 +2,15 @@
 
 ``FunctionModel`` lets a test say what the model does in a few lines; ``ScriptedModel`` replays
 a fixed list of responses (or errors) and checks that all were used; ``FakeClock`` advances only
-when told to.
+when told to. ``LocalHost`` runs clones in-process for a scheduler core; ``InstantHost`` runs
+none: their events and results are ready at once (to measure the scheduler alone).
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -18,14 +20,18 @@ from ..definitions import DEFAULT_EXIT_SCHEMA
 from ..errors import ClusterError
 from ..providers import ModelRequest, ModelResponse, SimScript, ToolCall, Usage
 from ..scheduler import BatchSubmission
+from ..vocab import EventType, JobState, Outcome, StopReason
 
 __all__ = [
+    "PER_TURN",
     "FakeClock",
     "FunctionModel",
+    "InstantHost",
     "LocalHost",
     "LocalHosts",
     "ScriptedModel",
     "call",
+    "instant_events",
     "make_spec",
     "make_submission",
     "reply",
@@ -188,6 +194,77 @@ class LocalHost:
     async def close(self) -> None:
         self.closed = True
         await self.core.aclose()
+
+
+_TURN_KINDS = (EventType.ASSISTANT, EventType.TOOL_CALL_START, EventType.TOOL_CALL_END)
+PER_TURN = (*(str(kind) for kind in _TURN_KINDS), str(EventType.USAGE))
+"""The events :class:`InstantHost` yields per turn of a clone."""
+
+
+def instant_events(job_id: str, turns: int) -> list[dict[str, Any]]:
+    """One clone's events as a host drains them (``started``, per turn :data:`PER_TURN`, then
+    its final result), each ``{"job_id", "event"}``."""
+    now = time.time()
+    started = {"type": str(EventType.STARTED), "ts": now, "model": "sim-small"}
+    events: list[dict[str, Any]] = [started]
+    for turn in range(1, turns + 1):
+        events += [{"type": kind, "ts": now, "turn": turn} for kind in PER_TURN]
+        events[-1].update(model="sim-small", input_tokens=100, output_tokens=8, total_tokens=108)
+    usage = {"input_tokens": 100 * turns, "output_tokens": 8 * turns, "total_tokens": 108 * turns}
+    result = {"status": str(JobState.COMPLETED), "outcome": str(Outcome.SUCCESS)}
+    result.update(stop_reason=str(StopReason.COMPLETED), result={"answer": "done"}, turns=turns)
+    result.update(usage=usage, model="sim-small")
+    events.append({"type": str(EventType.FINAL), "ts": now, "result": result})
+    return [{"job_id": job_id, "event": e} for e in events]
+
+
+class InstantHost:
+    """A clone host whose clones end at once: :meth:`start` queues each clone's events (see
+    :func:`instant_events`) for the next :meth:`drain`. ``InstantHost.factory(turns)`` makes a
+    host factory for :class:`~clonefleet.scheduler.SchedulerCore`."""
+
+    def __init__(self, host_id: str, control: Any = None, turns: int = 2) -> None:
+        self.host_id, self.turns = host_id, turns
+        self.drains: list[int] = []
+        """The size of each non-empty drain."""
+        self._events: list[dict[str, Any]] = []
+        self._ready = asyncio.Event()
+
+    @classmethod
+    def factory(cls, turns: int = 2) -> Callable[[str, Any], InstantHost]:
+        return lambda host_id, control: cls(host_id, control, turns)
+
+    async def start(
+        self, specs: Sequence[CloneSpec], config: Any, sim_script: Any = None, resume: Any = None
+    ) -> int:
+        for spec in specs:
+            self._events += instant_events(spec.job_id, self.turns)
+        self._ready.set()
+        return len(specs)
+
+    async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
+        if not self._events:
+            self._ready.clear()
+            try:
+                async with asyncio.timeout(wait_s):
+                    await self._ready.wait()
+            except TimeoutError:
+                return []
+        out, self._events = self._events, []
+        self.drains.append(len(out))
+        return out
+
+    async def cancel(self, job_ids: Sequence[str]) -> list[str]:
+        return []
+
+    async def deliver(self, items: Sequence[Any]) -> int:
+        return 0
+
+    async def plan(self, planner: Callable[[], Any]) -> Any:
+        return planner()
+
+    async def close(self) -> None:
+        return None
 
 
 class LocalHosts:

@@ -34,6 +34,7 @@ PACKAGES = (
     "journal",
     "dashboard",
     "permissions",
+    "bench",
 )
 
 _RUNTIME = {"errors", "config", "vocab", "control", "providers", "permissions"}
@@ -63,6 +64,8 @@ ALLOWED: dict[str, set[str]] = {
     "testing": _RUNTIME | {"actors", "definitions", "scheduler", "journal"},
     # A client like the command line: it reads the fleet through a Fleet (or a fake) it is given.
     "dashboard": {"_fleet", "errors", "config", "vocab", "control", "cluster"},
+    # `clonefleet bench`: a client of the Fleet; its Ray baseline lives in bench/remote.py.
+    "bench": {"_fleet", "errors", "config", "vocab", "providers"},
 }
 """Which top-level parts of clonefleet each part may import (itself always allowed)."""
 

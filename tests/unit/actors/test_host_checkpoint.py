@@ -206,3 +206,19 @@ async def test_a_malformed_checkpoint_starts_the_job_afresh_with_a_warning():
         await host.aclose()
     assert record["status"] == "completed" and record["turns"] == 1
     assert any(w.startswith("checkpoint ignored") for w in record["warnings"])
+
+
+async def test_drains_are_spaced_and_the_clones_own_result_event_stays_on_the_host():
+    model = Gated(last=1)
+    host = FakeHost({"sa_1": model.model}, drain_every_s=0.1)
+    host.start([make_spec(job_id="sa_1")], config(0.0))
+    first = await host.drain(wait_s=1.0)  # `started` at least
+    assert first
+    model.release()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    events = first + await drain_to_final(host)
+    assert loop.time() - began >= 0.09  # the second drain waited out the rest of 0.1 s
+    kinds = [e["event"]["type"] for e in events]
+    assert kinds[-1] == FINAL and "result" not in kinds
+    await host.aclose()

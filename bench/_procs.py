@@ -1,27 +1,24 @@
-"""/proc readings for the fan-out benchmark: memory and CPU of this process and its descendants.
+"""/proc readings for `clonefleet bench`: memory and CPU of this process and its descendants.
 
 :class:`ProcWatch` samples the process tree (RSS, PSS, CPU per kind of process, the clone hosts
-seen); :func:`reap_session` waits for a finished CLI's processes; :func:`loadavg` reads the load.
-Linux only.
+seen). Linux only.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import threading
-import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ProcWatch", "Sample", "loadavg", "reap_session"]
+__all__ = ["ProcWatch", "Snapshot"]
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 _KINDS = (
     ("ray::CloneHostActor", "hosts"),
+    ("ray::BaselineAgentActor", "actor-per-clone"),
     ("ray::SchedulerActor", "scheduler"),
     ("ray::IDLE", "idle workers"),
     ("raylet", "raylet"),
@@ -46,7 +43,7 @@ def _kind(cmdline: bytes, pid: int) -> str:
 
 
 @dataclass
-class Sample:
+class Snapshot:
     rss: int = 0
     pss: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
@@ -62,7 +59,7 @@ class ProcWatch:
 
     def __init__(self, exclude: set[int], interval_s: float = 0.25) -> None:
         self.exclude, self.interval_s = exclude, interval_s
-        self.peak = Sample()
+        self.peak = Snapshot()
         self.hosts_seen: set[int] = set()
         self.cpu: dict[int, tuple[str, float]] = {}
         self._stop = threading.Event()
@@ -79,7 +76,8 @@ class ProcWatch:
                 continue
             ppid = int(stat.rsplit(")", 1)[1].split()[1])
             children[ppid].append(int(name))
-        out, todo = [], [os.getpid()]
+        out: list[int] = []
+        todo = [os.getpid()]
         while todo and len(out) < 100_000:
             pid = todo.pop()
             if pid in self.exclude:
@@ -88,8 +86,8 @@ class ProcWatch:
             todo.extend(children.get(pid, ()))
         return out
 
-    def sample(self, with_pss: bool = True) -> Sample:
-        snap = Sample()
+    def sample(self, with_pss: bool = True) -> Snapshot:
+        snap = Snapshot()
         ticks = os.sysconf("SC_CLK_TCK")
         for pid in self.pids():
             try:
@@ -109,7 +107,7 @@ class ProcWatch:
         return snap
 
     def start(self) -> None:
-        self.peak, self.hosts_seen, self.cpu = Sample(), set(), {}
+        self.peak, self.hosts_seen, self.cpu = Snapshot(), set(), {}
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="procwatch", daemon=True)
         self._thread.start()
@@ -123,7 +121,7 @@ class ProcWatch:
                 self.peak = snap
             self._stop.wait(self.interval_s)
 
-    def stop(self) -> Sample:
+    def stop(self) -> Snapshot:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -140,10 +138,6 @@ class ProcWatch:
             out[kind] = out.get(kind, 0.0) + cpu - (before.get(pid, (kind, 0.0))[1])
         return {k: round(v, 2) for k, v in sorted(out.items())}
 
-    def reap(self, timeout_s: float = 30.0) -> list[int]:
-        """Wait for every descendant to end; kill (by pid) what is left after ``timeout_s``."""
-        return _wait_then_kill(lambda: [p for p in self.pids() if p != os.getpid()], timeout_s)
-
 
 def _pss(pid: int) -> int:
     try:
@@ -153,39 +147,3 @@ def _pss(pid: int) -> int:
     except (OSError, ValueError):
         pass
     return 0
-
-
-def _wait_then_kill(members: Callable[[], list[int]], timeout_s: float) -> list[int]:
-    """Wait until ``members()`` is empty; kill (by pid) what is left after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    left = members()
-    while left and time.monotonic() < deadline:
-        time.sleep(0.2)
-        left = members()
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return left
-
-
-def _session_members(sid: int) -> list[int]:
-    out = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[3]) == sid:
-                    out.append(int(name))
-            except (OSError, ValueError, IndexError):
-                continue
-    return out
-
-
-def reap_session(sid: int, timeout_s: float = 30.0) -> int:
-    """Wait for the processes of session ``sid`` (the CLI's Ray) to end; kill survivors by pid."""
-    return len(_wait_then_kill(lambda: _session_members(sid), timeout_s))
-
-
-def loadavg() -> float:
-    return float(Path("/proc/loadavg").read_text().split()[0])

@@ -1,0 +1,87 @@
+"""A cold ``clonefleet run general-purpose --count N`` in a fresh process and folder (Ray start
+included), for ``benchmarks/fanout.py``. Processes it started are gone when it returns."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["run_cold"]
+
+PROMPT = "Summarise file_{{ clone.index }}.py"
+
+
+def _session_members(sid: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[3]) == sid:
+                    out.append(int(name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return out
+
+
+def _reap_session(sid: int, timeout_s: float = 30.0) -> int:
+    """Wait for the processes of session ``sid`` (the CLI's Ray) to end; kill survivors by pid."""
+    deadline = time.monotonic() + timeout_s
+    left = _session_members(sid)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = _session_members(sid)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(left)
+
+
+def run_cold(count: int, time_limit_s: float) -> dict[str, Any]:
+    """``clonefleet run general-purpose --count COUNT --json`` in a fresh process and directory."""
+    exe = Path(sys.executable).with_name("clonefleet")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "clonefleet"]
+    cmd += ["run", "general-purpose", "--prompt", PROMPT, "--count", str(count), "--json"]
+    with tempfile.TemporaryDirectory(prefix="fanout-cold-") as cwd:
+        env = {k: v for k, v in os.environ.items() if k not in ("CLONEFLEET_CONFIG", "RAY_ADDRESS")}
+        env["XDG_CONFIG_HOME"] = str(Path(cwd) / "xdg")
+        p0 = time.perf_counter()
+        proc = subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=time_limit_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate(timeout=30)
+            timed_out = True
+        wall = time.perf_counter() - p0
+        leftovers = _reap_session(proc.pid)
+    records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    ok = sum(1 for r in records if r["status"] == "completed" and r["outcome"] == "success")
+    return {
+        "count": count,
+        "wall_s": round(wall, 2),
+        "exit_status": proc.returncode,
+        "records": len(records),
+        "completed_success": ok,
+        "timed_out": timed_out,
+        "leftover_processes": leftovers,
+        "stderr_tail": err[-500:] if proc.returncode else "",
+    }
