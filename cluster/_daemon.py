@@ -66,6 +66,10 @@ def main() -> int:
         head_node_args={
             "num_cpus": args.cpus,
             "include_dashboard": False,
+            # A free port for the head's dashboard agent, as for the other nodes: Ray's fixed
+            # default (52365) is taken whenever another Ray runs on the machine, and then the
+            # head's agent never starts.
+            "dashboard_agent_listen_port": None,
             "node_ip_address": "127.0.0.1",
             "gcs_server_port": args.port,
             "temp_dir": str(private_ray_temp_dir()),
