@@ -66,7 +66,7 @@ class Policy:
 
     def decide(self, tool: str, arguments: Mapping[str, Any]) -> Denial | None:
         """``None`` when ``tool`` may run with ``arguments``, else why not."""
-        if tool in EXEMPT_TOOLS or not self.layers:
+        if tool in EXEMPT_TOOLS or not self._reads_arguments(tool):
             return None
         call = describe_call(tool, arguments, self.cwd)
         for layer in self.layers:
@@ -78,6 +78,24 @@ class Policy:
             if denial is not None:
                 return denial
         return None
+
+    def _reads_arguments(self, tool: str) -> bool:
+        """Whether deciding on a call of ``tool`` needs its arguments: some rule could deny it.
+
+        Most calls are of tools every layer allows outright (a bare allow rule, as each entry of
+        a definition's ``tools`` is, or no rule and ``default: allow``); those are decided
+        without reading the command or resolving the path.
+        """
+        for layer in self.layers:
+            rules = layer.rules
+            if any(r.applies_to(tool) for r in rules.deny):
+                return True
+            allow = [r for r in rules.allow if r.applies_to(tool)]
+            if allow and not any(r.form is Form.ANY for r in allow):
+                return True
+            if not allow and rules.default is not Default.ALLOW:
+                return True
+        return False
 
     @staticmethod
     def _layer_allows(layer: Layer, call: Call) -> Denial | None:

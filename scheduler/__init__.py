@@ -10,6 +10,7 @@ from ._batch import plan_specs as plan_specs
 from ._batch import resolve_tools as resolve_tools
 from ._core import SchedulerCore as SchedulerCore
 from ._durable import Durable as Durable
+from ._durable import read_table as read_table
 from ._hosts import HostFactory as HostFactory
 from ._hosts import HostLike as HostLike
 from ._hosts import choose_clones_per_actor as choose_clones_per_actor
@@ -35,6 +36,7 @@ __all__ = [
     "JobRecord",
     "JournalView",
     "SchedulerCore",
+    "read_table",
     "check_count",
     "clone_tools",
     "choose_clones_per_actor",

@@ -18,8 +18,9 @@ from ..actors import CloneSpec
 from ..config import Config
 from ..definitions import DEFAULT_EXIT_SCHEMA
 from ..errors import ClusterError
+from ..journal import Journal
 from ..providers import ModelRequest, ModelResponse, SimScript, ToolCall, Usage
-from ..scheduler import BatchSubmission
+from ..scheduler import BatchSubmission, Durable, SchedulerCore, read_table
 from ..vocab import EventType, JobState, Outcome, StopReason
 
 __all__ = [
@@ -31,9 +32,11 @@ __all__ = [
     "LocalHosts",
     "ScriptedModel",
     "call",
+    "crash_core",
     "instant_events",
     "make_spec",
     "make_submission",
+    "open_journaled_core",
     "reply",
     "wait_until",
 ]
@@ -314,3 +317,21 @@ async def wait_until(predicate: Callable[[], bool], limit_s: float = 10.0) -> No
     while not predicate():
         assert loop.time() < deadline, "condition not reached in time"
         await asyncio.sleep(0.01)
+
+
+def open_journaled_core(folder: Any, hosts: LocalHosts) -> tuple[SchedulerCore, Journal, Any]:
+    """A scheduler core over the journal in ``folder`` (group commit every 10 ms), with the job
+    table its replay folds to (what a restarted scheduler restores from)."""
+    journal, replay = Journal.open(folder)
+    journal.start_background(0.01)
+    core = SchedulerCore(hosts, durable=Durable(journal))
+    return core, journal, read_table(replay)
+
+
+def crash_core(core: SchedulerCore, journal: Journal, hosts: LocalHosts) -> None:
+    """The scheduler's process dies: its hosts die with it, its journal file is let go."""
+    for host in hosts.made:
+        host.kill()
+    for task in core._tasks:
+        task.cancel()
+    journal.close()

@@ -379,3 +379,26 @@ def test_hostile_patterns_and_arguments_are_checked_quickly() -> None:
     assert denied(p, "shell", command=";".join(["a" * 100] * 500)) is None
     assert denied(p, "subagent", subagent_type="a" * 100_000) is None
     assert time.monotonic() - started < 5
+
+
+def test_a_call_no_rule_could_deny_is_decided_without_reading_its_arguments(monkeypatch):
+    # A definition's `tools` entries are bare allow rules: the calls they allow are decided on
+    # the tool's name alone (no command parsed, no path resolved on the clone's event loop).
+    import clonefleet.permissions._policy as engine
+
+    read: list[str] = []
+
+    def describe(tool, arguments, cwd):
+        read.append(tool)
+        return real(tool, arguments, cwd)
+
+    real = engine.describe_call
+    monkeypatch.setattr(engine, "describe_call", describe)
+    p = policy(rules(allow=("Read", "Bash(git diff:*)")), rules(deny=("Edit(./locked/**)",)))
+    assert p.decide("file_read", {"path": "../../etc/passwd"}) is None
+    assert p.decide("grep", {"pattern": "x", "path": "src"}) is None
+    assert read == []
+    # A patterned allow or an applicable deny rule still reads the arguments, and still denies.
+    assert p.decide("shell", {"command": "rm -rf /"}) is not None
+    assert p.decide("file_edit", {"path": "locked/a"}) is not None
+    assert read == ["shell", "file_edit"]

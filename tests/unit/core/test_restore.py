@@ -8,9 +8,15 @@ import pytest
 from clonefleet.config import Config
 from clonefleet.journal import Journal, read_journal
 from clonefleet.scheduler import SchedulerCore
-from clonefleet.scheduler._durable import Durable, read_table
+from clonefleet.scheduler._durable import Durable
 from clonefleet.scheduler._recovery import evict_expired, restore
-from clonefleet.testing import LocalHosts, make_submission, wait_until
+from clonefleet.testing import (
+    LocalHosts,
+    crash_core,
+    make_submission,
+    open_journaled_core,
+    wait_until,
+)
 from clonefleet.vocab import JobState
 
 pytestmark = pytest.mark.timeout(30)
@@ -23,25 +29,9 @@ def submission(core, count, script=None, restarts=2):
     return make_submission(core, count, config=config, script=script)
 
 
-def open_core(folder, hosts):
-    journal, replay = Journal.open(folder)
-    journal.start_background(0.01)
-    core = SchedulerCore(hosts, durable=Durable(journal))
-    return core, journal, read_table(replay)
-
-
-def crash(core, journal, hosts) -> None:
-    """The scheduler's process dies: its hosts die with it, its journal file is let go."""
-    for host in hosts.made:
-        host.kill()
-    for task in core._tasks:
-        task.cancel()
-    journal.close()
-
-
 async def test_a_restarted_scheduler_keeps_results_and_resumes_unfinished_jobs(tmp_path):
     hosts = LocalHosts()
-    core, journal, table = open_core(tmp_path / "j", hosts)
+    core, journal, table = open_journaled_core(tmp_path / "j", hosts)
     assert not table.jobs
     done = await core.submit(submission(core, 3))
     assert (await core.job_block(done["job_ids"], timeout_seconds=10))["done"]
@@ -49,10 +39,10 @@ async def test_a_restarted_scheduler_keeps_results_and_resumes_unfinished_jobs(t
     hang = await core.submit(submission(core, 2, HANG))
     await wait_until(lambda: all(j in core._checkpoints for j in hang["job_ids"]))
     await journal.commit()
-    crash(core, journal, hosts)
+    crash_core(core, journal, hosts)
 
     hosts2 = LocalHosts()
-    core2, journal2, table = open_core(tmp_path / "j", hosts2)
+    core2, journal2, table = open_journaled_core(tmp_path / "j", hosts2)
     report = restore(core2, table)
     assert dict(report) == {"finished": 3, "resumed": 2, "lost": 0}
     assert {j: await core2.job_result(j) for j in done["job_ids"]} == results
@@ -70,7 +60,7 @@ async def test_a_restarted_scheduler_keeps_results_and_resumes_unfinished_jobs(t
     await journal2.aclose()
 
     # A third start sees every job ended exactly once.
-    core3, journal3, table = open_core(tmp_path / "j", LocalHosts())
+    core3, journal3, table = open_journaled_core(tmp_path / "j", LocalHosts())
     assert dict(restore(core3, table)) == {"finished": 5, "resumed": 0, "lost": 0}
     states = {j: core3.jobs[j].state for j in hang["job_ids"]}
     assert set(states.values()) == {JobState.CANCELLED}
@@ -80,12 +70,12 @@ async def test_a_restarted_scheduler_keeps_results_and_resumes_unfinished_jobs(t
 
 async def test_a_job_past_max_restarts_or_without_its_batch_ends_cluster_lost(tmp_path):
     hosts = LocalHosts()
-    core, journal, _ = open_core(tmp_path / "j", hosts)
+    core, journal, _ = open_journaled_core(tmp_path / "j", hosts)
     out = await core.submit(submission(core, 1, HANG, restarts=0))
     await wait_until(lambda: core.jobs[out["job_ids"][0]].turns == 1)
     await journal.commit()
-    crash(core, journal, hosts)
-    core2, journal2, table = open_core(tmp_path / "j", LocalHosts())
+    crash_core(core, journal, hosts)
+    core2, journal2, table = open_journaled_core(tmp_path / "j", LocalHosts())
     assert dict(restore(core2, table)) == {"finished": 0, "resumed": 0, "lost": 1}
     record = await core2.job_result(out["job_ids"][0])
     assert record["status"] == "failed" and "cluster lost" in record["error"]
@@ -113,26 +103,26 @@ async def test_the_ids_come_back_only_once_the_batch_is_on_disk(tmp_path):
 
 async def test_retention_evicts_finished_batches_and_the_journal_forgets_them(tmp_path):
     hosts = LocalHosts()
-    core, journal, _ = open_core(tmp_path / "j", hosts)
+    core, journal, _ = open_journaled_core(tmp_path / "j", hosts)
     out = await core.submit(submission(core, 2))
     assert (await core.job_block(out["job_ids"], timeout_seconds=10))["done"]
     assert evict_expired(core, now=1e12) == [out["batch_id"]]
     assert not core.jobs
     await core.aclose()
     await journal.aclose()
-    _, journal2, table = open_core(tmp_path / "j", LocalHosts())
+    _, journal2, table = open_journaled_core(tmp_path / "j", LocalHosts())
     assert not table.jobs and not table.batches
     await journal2.aclose()
 
 
 async def test_two_unfinished_batches_are_both_placed_before_either_starts(tmp_path):
     hosts = LocalHosts()
-    core, journal, _ = open_core(tmp_path / "j", hosts)
+    core, journal, _ = open_journaled_core(tmp_path / "j", hosts)
     first = await core.submit(submission(core, 2, HANG))
     second = await core.submit(submission(core, 3, HANG))
     await journal.commit()
-    crash(core, journal, hosts)
-    core2, journal2, table = open_core(tmp_path / "j", LocalHosts())
+    crash_core(core, journal, hosts)
+    core2, journal2, table = open_journaled_core(tmp_path / "j", LocalHosts())
     assert dict(restore(core2, table)) == {"finished": 0, "resumed": 5, "lost": 0}
     ids = [*first["job_ids"], *second["job_ids"]]
     assert all(core2.jobs[j].state is JobState.RUNNING for j in ids)
@@ -147,7 +137,7 @@ async def test_a_large_submission_is_kept_in_parts_and_read_back_whole(tmp_path,
 
     monkeypatch.setattr(_durable, "BLOB_PART", 512)  # a few hundred bytes a part
     hosts = LocalHosts()
-    core, journal, _ = open_core(tmp_path / "j", hosts)
+    core, journal, _ = open_journaled_core(tmp_path / "j", hosts)
     out = await core.submit(submission(core, 3, HANG))
     await journal.commit()
     kinds = [
@@ -155,8 +145,8 @@ async def test_a_large_submission_is_kept_in_parts_and_read_back_whole(tmp_path,
         for r in __import__("clonefleet.journal").journal.read_journal(tmp_path / "j").records
     ]
     assert kinds.count("part") > 2
-    crash(core, journal, hosts)
-    core2, journal2, table = open_core(tmp_path / "j", LocalHosts())
+    crash_core(core, journal, hosts)
+    core2, journal2, table = open_journaled_core(tmp_path / "j", LocalHosts())
     assert dict(restore(core2, table)) == {"finished": 0, "resumed": 3, "lost": 0}
     await core2.cancel_many(out["job_ids"])
     await core2.aclose()

@@ -8,11 +8,16 @@ from dataclasses import replace
 import pytest
 
 from clonefleet.config import Config
-from clonefleet.journal import Journal, read_journal
-from clonefleet.scheduler import JournalView, SchedulerCore
-from clonefleet.scheduler._durable import Durable, read_table
+from clonefleet.journal import read_journal
+from clonefleet.scheduler import JournalView
 from clonefleet.scheduler._recovery import compact_if_due, restore
-from clonefleet.testing import LocalHosts, make_submission, wait_until
+from clonefleet.testing import (
+    LocalHosts,
+    crash_core,
+    make_submission,
+    open_journaled_core,
+    wait_until,
+)
 from clonefleet.vocab import JobState
 
 pytestmark = pytest.mark.timeout(30)
@@ -35,21 +40,6 @@ def submission(core, count, script=None, cap=None, **budget):
     return replace(sub, **budget)
 
 
-def open_core(folder, hosts):
-    journal, replay = Journal.open(folder)
-    journal.start_background(0.01)
-    core = SchedulerCore(hosts, durable=Durable(journal))
-    return core, journal, read_table(replay)
-
-
-def crash(core, journal, hosts) -> None:
-    for host in hosts.made:
-        host.kill()
-    for task in core._tasks:
-        task.cancel()
-    journal.close()
-
-
 def usage(tokens: int) -> dict:
     return {
         "type": "usage",
@@ -64,15 +54,15 @@ def usage(tokens: int) -> dict:
 
 async def test_totals_and_costs_come_back_after_a_restart_and_offline(tmp_path):
     hosts = LocalHosts()
-    core, journal, _ = open_core(tmp_path / "j", hosts)
+    core, journal, _ = open_journaled_core(tmp_path / "j", hosts)
     out = await core.submit(submission(core, 3))
     assert (await core.job_block(out["job_ids"], timeout_seconds=10))["done"]
     before = await core.list_jobs(batch=out["batch_id"])
     assert before["totals"]["batches"][out["batch_id"]]["cost_usd"] > 0
     await journal.commit()
-    crash(core, journal, hosts)
+    crash_core(core, journal, hosts)
 
-    core2, journal2, table = open_core(tmp_path / "j", LocalHosts())
+    core2, journal2, table = open_journaled_core(tmp_path / "j", LocalHosts())
     restore(core2, table)
     after = await core2.list_jobs(batch=out["batch_id"])
     assert after["totals"] == before["totals"]
@@ -91,15 +81,15 @@ async def test_totals_and_costs_come_back_after_a_restart_and_offline(tmp_path):
 
 async def test_a_budget_keeps_counting_what_was_spent_before_a_restart(tmp_path):
     hosts = LocalHosts()
-    core, journal, _ = open_core(tmp_path / "j", hosts)
+    core, journal, _ = open_journaled_core(tmp_path / "j", hosts)
     # Each clone's first response costs 56 tokens; 3 x 56 = 168 stays within 200.
     out = await core.submit(submission(core, 3, STEP_THEN_HANG, budget_tokens=200))
     await wait_until(lambda: all(j in core._checkpoints for j in out["job_ids"]))
     await journal.commit()
-    crash(core, journal, hosts)
+    crash_core(core, journal, hosts)
 
     hosts2 = LocalHosts()
-    core2, journal2, table = open_core(tmp_path / "j", hosts2)
+    core2, journal2, table = open_journaled_core(tmp_path / "j", hosts2)
     assert dict(restore(core2, table)) == {"finished": 0, "resumed": 3, "lost": 0}
     assert sum(core2.capacity()[k] for k in ("running", "queued")) == 3
     view = (await core2.list_jobs(batch=out["batch_id"]))["totals"]["batches"][out["batch_id"]]
@@ -116,15 +106,15 @@ async def test_a_budget_keeps_counting_what_was_spent_before_a_restart(tmp_path)
 
 async def test_a_batch_past_its_budget_at_a_restart_starts_none_of_its_jobs(tmp_path):
     hosts = LocalHosts()
-    core, journal, _ = open_core(tmp_path / "j", hosts)
+    core, journal, _ = open_journaled_core(tmp_path / "j", hosts)
     out = await core.submit(submission(core, 3, STEP_THEN_HANG, cap=1, budget_tokens=100))
     first = out["job_ids"][0]
     await wait_until(lambda: first in core._checkpoints)
     core._apply(first, usage(500))  # passes the budget: the queued two end now, on disk
-    crash(core, journal, hosts)  # before the running clone's cancel could land
+    crash_core(core, journal, hosts)  # before the running clone's cancel could land
 
     hosts2 = LocalHosts()
-    core2, journal2, table = open_core(tmp_path / "j", hosts2)
+    core2, journal2, table = open_journaled_core(tmp_path / "j", hosts2)
     restore(core2, table)
     assert (await core2.job_block(out["job_ids"], timeout_seconds=10))["done"]
     assert {(core2.jobs[j].state, core2.jobs[j].stop_reason) for j in out["job_ids"]} == {
