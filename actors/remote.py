@@ -18,7 +18,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .. import control as api
-from ..cluster import NAMESPACE, SCHEDULER_NAME
+from ..cluster import NAMESPACE, SCHEDULER_NAME, tune_collector
 from ..config import Config
 from ..control import Seconds
 from ..errors import ClonefleetError, ClusterError
@@ -55,6 +55,7 @@ class CloneHostActor:
         from . import _loop  # noqa: F401
 
         providers.preload()
+        tune_collector()
 
         self._core: HostCore | None = None
 

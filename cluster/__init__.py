@@ -26,6 +26,7 @@ from ._local import state_dir as state_dir
 from ._local import state_path as state_path
 from ._runtime import cache_dir as cache_dir
 from ._runtime import remote_runtime_env as remote_runtime_env
+from ._runtime import tune_collector as tune_collector
 
 __all__ = [
     "CALL_TIMEOUT_S",
@@ -49,4 +50,5 @@ __all__ = [
     "resolve_address",
     "state_dir",
     "state_path",
+    "tune_collector",
 ]

@@ -14,6 +14,9 @@ from typing import Any
 
 from ._limits import MAX_ITEMS, MAX_RENDER_MEMORY, MEMORY_SAMPLE_S, Size, TemplateLimitError
 
+FIRST_SAMPLE_S = 0.002
+"""When, into a render, its process's resident memory is first read (the baseline)."""
+
 __all__ = [
     "Budget",
     "check_budget",
@@ -55,7 +58,8 @@ class Budget:
     clock: Callable[[], float] = time.monotonic
     memory_limit: int = MAX_RENDER_MEMORY
     baseline: int = -1
-    """Resident memory when the render started (``-1``: not measured)."""
+    """Resident memory at the first sample, :data:`FIRST_SAMPLE_S` into the render (``-1``: not
+    measured yet, or not measurable here)."""
     next_sample: float = 0.0
     sizes: dict[int, tuple[Any, Size]] = field(default_factory=dict)
     """Sizes of the large containers measured last, by ``id`` (the object is kept alive, and
@@ -66,7 +70,10 @@ class Budget:
     """Bytes of the values made so far (``_sizes.charge``)."""
 
     def __post_init__(self) -> None:
-        self.baseline = resident_bytes()
+        # Reading the resident size costs tens of microseconds, as much as rendering a short
+        # prompt; most renders end before the first sample and never pay it. What a render makes
+        # before then is still charged (``charge``).
+        self.next_sample = self.clock() + FIRST_SAMPLE_S
 
     def check(self) -> None:
         now = self.clock()
@@ -74,8 +81,14 @@ class Budget:
             raise TemplateLimitError(
                 "rendering took longer than its time budget (a loop or recursion too large?)"
             )
-        if now >= self.next_sample and self.baseline >= 0:
-            self.next_sample = now + MEMORY_SAMPLE_S
+        if now < self.next_sample:
+            return
+        self.next_sample = now + MEMORY_SAMPLE_S
+        if self.baseline == -1:
+            self.baseline = resident_bytes()
+            if self.baseline < 0:
+                self.baseline, self.next_sample = -2, float("inf")  # not measurable here
+        else:
             grown = resident_bytes() - self.baseline
             if grown > self.memory_limit:
                 raise TemplateLimitError(

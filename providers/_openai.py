@@ -81,15 +81,21 @@ def _openai_message(m: Message) -> dict[str, Any]:
             {
                 "id": c.id,
                 "type": "function",
-                "function": {
-                    "name": c.name,
-                    "arguments": json.dumps(c.arguments, ensure_ascii=False),
-                },
+                "function": {"name": c.name, "arguments": _arguments_json(c.arguments)},
             }
             for c in m.tool_calls
         ]
-        return {"role": "assistant", "content": m.content or None, "tool_calls": calls}
+        if not m.content:  # optional beside tool calls; a null would make the body be searched
+            return {"role": "assistant", "tool_calls": calls}
+        return {"role": "assistant", "content": m.content, "tool_calls": calls}
     return {"role": str(m.role), "content": m.content}
+
+
+def _arguments_json(arguments: dict[str, Any]) -> str:
+    try:
+        return orjson.dumps(arguments).decode()
+    except TypeError:  # what orjson refuses (a huge integer) the stdlib writes
+        return json.dumps(arguments, ensure_ascii=False)
 
 
 def _openai_tool(t: ToolSpec) -> dict[str, Any]:

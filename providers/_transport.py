@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -20,7 +21,6 @@ import aiohttp
 import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
-from httpx_aiohttp.transport import map_aiohttp_exceptions
 
 from ..errors import (
     ModelBehaviorError,
@@ -29,10 +29,12 @@ from ..errors import (
     ModelTimeout,
     UsageError,
 )
-from ._guard import ensure_live_requests_allowed
+from ._guard import ensure_live_requests_allowed, is_loopback_url
+from ._http1 import Http1Pool, HTTPProtocolError
 
 __all__ = ["HTTPProvider", "make_client", "parse_retry_after", "summarize_body", "token_count"]
 
+_USER_AGENT = "clonefleet"
 _REDACTED = "[redacted]"
 _MAX_ERROR_TEXT = 65536
 """Characters of an error body looked at (after the key is scrubbed from the whole body)."""
@@ -165,17 +167,35 @@ def _encode(payload: dict[str, Any]) -> bytes:
     """``payload`` as JSON, refusing NaN and infinities (``ValueError``) and what JSON cannot
     hold (``TypeError``), like the stdlib encoder.
 
-    orjson encodes several times faster but writes NaN as ``null``: a body with a ``null`` in
-    it, or one orjson refuses (a non-string key, a huge integer), goes through the stdlib's
-    strict encoder instead. A first request (no assistant message yet) has none.
+    orjson encodes several times faster but writes NaN as ``null``: only a body with a bare
+    ``null`` in it (after ``:``, ``[`` or ``,``) is searched for a non-finite number, and one
+    orjson refuses (a non-string key, a huge integer) goes through the stdlib's
+    strict encoder instead.
     """
     try:
         body = orjson.dumps(payload)
     except TypeError:
-        body = b"null"
-    if b"null" not in body:
+        body = b""
+    if body and (not _BARE_NULL.search(body) or not _has_non_finite(payload)):
         return body
     return json.dumps(payload, ensure_ascii=False, allow_nan=False, check_circular=False).encode()
+
+
+_BARE_NULL = re.compile(rb"[:\[,]null")
+
+
+def _has_non_finite(value: Any) -> bool:
+    """Whether a NaN or an infinity is anywhere in ``value`` (dicts, lists, tuples)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            return True
+    return False
 
 
 def token_count(value: Any) -> int:
@@ -260,19 +280,21 @@ class HTTPProvider:
         self.timeout_s = timeout_s
         self._scrub = _Scrubber(secrets)
         self._closed = False
-        self._direct: AiohttpTransport | None = None
-        """The default transport, whose aiohttp session :meth:`post_json` uses directly."""
-        if transport is None:
-            limits = httpx.Limits(
-                max_connections=max_connections,
-                max_keepalive_connections=max_connections,
-                keepalive_expiry=4.0,
-            )
-            transport = self._direct = AiohttpTransport(limits=limits)
-        self._transport = transport
         # Every request of a provider posts JSON; the headers (credential included) live only in
-        # the client, never in an attribute of ours that a repr could show.
+        # the client or the pool, never in an attribute of ours that a repr could show.
         json_headers = {**dict(headers or {}), "content-type": "application/json"}
+        self._pool: Http1Pool | None = None
+        """The default transport: keep-alive HTTP/1.1 connections of our own (``_http1``)."""
+        if transport is None:
+            try:
+                self._pool = Http1Pool(
+                    self.base_url,
+                    {"user-agent": _USER_AGENT, "accept": "application/json", **json_headers},
+                    max_connections=max_connections,
+                )
+            except ValueError as exc:
+                raise UsageError(f"provider {name!r}: {exc}") from None
+        self._transport = transport
         self._client = make_client(
             max_connections,
             timeout_s,
@@ -289,10 +311,7 @@ class HTTPProvider:
             }
         }
         self._urls: dict[str, httpx.URL] = {}
-        # The direct path's per-phase timeouts (its headers are the client's, as above).
-        self._aio_timeout = aiohttp.ClientTimeout(
-            sock_connect=timeout_s, sock_read=timeout_s, connect=timeout_s
-        )
+        self._loopback = is_loopback_url(self.base_url)
 
     def __repr__(self) -> str:
         return f"HTTPProvider(name={self.name!r}, base_url={self.base_url!r})"
@@ -311,6 +330,8 @@ class HTTPProvider:
         """Close the client and its connections; closing twice is harmless."""
         if not self._closed:
             self._closed = True
+            if self._pool is not None:
+                self._pool.close()
             await self._client.aclose()
 
     async def post_json(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -324,7 +345,8 @@ class HTTPProvider:
         """
         if self._closed:
             raise UsageError(f"provider {self.name!r} is closed; build a new one")
-        ensure_live_requests_allowed(self.base_url)
+        if not self._loopback:
+            ensure_live_requests_allowed(self.base_url)
         try:
             body = _encode(payload)
         except (TypeError, ValueError) as exc:
@@ -336,8 +358,8 @@ class HTTPProvider:
             url = self._urls[path] = httpx.URL(self.base_url + path.lstrip("/"))
         try:
             async with asyncio.timeout(self.timeout_s):
-                if self._direct is not None:
-                    return await self._post_direct(url, body)
+                if self._pool is not None:
+                    return await self._post_pooled(url, body)
                 response = await self._post_httpx(url, body)
         except Exception as exc:
             translated = self._translate(exc)
@@ -354,6 +376,7 @@ class HTTPProvider:
         request = httpx.Request(
             "POST", url, headers=self._client.headers, content=body, extensions=self._timeouts
         )
+        assert self._transport is not None  # only the pool's providers have none
         response = await self._transport.handle_async_request(request)
         try:
             await response.aread()
@@ -361,31 +384,13 @@ class HTTPProvider:
             await response.aclose()
         return response
 
-    async def _post_direct(self, url: httpx.URL, body: bytes) -> dict[str, Any]:
-        """The default transport's request without its httpx request and response objects
-        (about a sixth of a clone host's CPU at thousands of clones): the same aiohttp session,
-        headers, timeouts and error mapping. An answer that is not a plain 2xx JSON object,
-        or that is content-encoded, is decoded through an ``httpx.Response`` as before.
-        """
-        transport = self._direct
-        assert transport is not None
-        session = transport.client
-        if not isinstance(session, aiohttp.ClientSession):
-            session = transport.client = transport.get_client()
-        with map_aiohttp_exceptions():
-            async with session.request(
-                "POST",
-                str(url),
-                headers=self._client.headers,
-                data=body,
-                allow_redirects=False,
-                auto_decompress=False,
-                compress=False,
-                timeout=self._aio_timeout,
-            ) as raw:
-                content = await raw.read()
-                status, headers = raw.status, raw.raw_headers
-        if 200 <= status < 300 and b"content-encoding" not in {k.lower() for k, _ in headers}:
+    async def _post_pooled(self, url: httpx.URL, body: bytes) -> dict[str, Any]:
+        """The default transport's request: one keep-alive connection of the pool, no request
+        or response objects. An answer that is not a plain 2xx JSON object, or that is
+        content-encoded, is decoded through an ``httpx.Response`` like every other answer."""
+        assert self._pool is not None
+        status, headers, content = await self._pool.post(url.raw_path, body)
+        if 200 <= status < 300 and not any(k.lower() == b"content-encoding" for k, _ in headers):
             try:
                 data = orjson.loads(content)
             except ValueError:
@@ -408,7 +413,9 @@ class HTTPProvider:
             return ModelTimeout(
                 f"{where}: cannot reach the server or lost the connection ({name}: {detail})"
             )
-        if isinstance(exc, httpx.DecodingError | aiohttp.ClientError | httpx.RequestError):
+        if isinstance(
+            exc, httpx.DecodingError | aiohttp.ClientError | httpx.RequestError | HTTPProtocolError
+        ):
             return ModelBehaviorError(
                 f"{where}: invalid HTTP response ({type(exc).__name__}: {detail})"
             )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +23,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from .. import control as api
 from ..actors import CloneSpec, InboxLimits
 from ..actors.remote import INBOX_NAME, CloneHost, get_or_create_inbox
-from ..cluster import NAMESPACE, SCHEDULER_NAME, read_state, state_dir
+from ..cluster import NAMESPACE, SCHEDULER_NAME, read_state, state_dir, tune_collector
 from ..config import Config, DurabilityConfig, LimitsConfig
 from ..control import Seconds
 from ..errors import ClusterError, UsageError
@@ -135,7 +134,7 @@ class SchedulerActor:
         # The job table and event log hold hundreds of thousands of small objects in a big batch;
         # with the default thresholds the collector rescans them all every few thousand
         # allocations, which showed up as pauses of a few hundred milliseconds.
-        gc.set_threshold(50_000, 20, 100)
+        tune_collector()
         self._max_concurrency = max_concurrency
         self._warm = warm_hosts
         self._durability = durability or DurabilityConfig()
