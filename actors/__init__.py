@@ -5,6 +5,7 @@ Model providers (the model protocol, HTTP providers, the simulated model) live i
 :mod:`clonefleet.providers`. See ``docs/architecture.md``.
 """
 
+from ._checkpoint import state_of as state_of
 from ._exit import ExitDecision as ExitDecision
 from ._exit import ExitJudge as ExitJudge
 from ._exit import Verdict as Verdict
@@ -33,6 +34,7 @@ from ._tools import tool_from_function as tool_from_function
 from ._webtools import WebAccess as WebAccess
 
 __all__ = [
+    "state_of",
     "Delivery",
     "InboxCore",
     "InboxLimits",

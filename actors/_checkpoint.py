@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import msgpack  # type: ignore[import-untyped]  # msgpack ships no type hints
+
 from ..providers import Message, Role, ToolCall, Usage
 from ._exit import ExitJudge
 from ._failover import FailoverModel
@@ -25,7 +27,15 @@ from ._todos import check_todos
 if TYPE_CHECKING:
     from ._loop import Clone
 
-__all__ = ["CHECKPOINT_VERSION", "message_from_json", "message_json", "restore", "snapshot"]
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "message_from_json",
+    "message_json",
+    "pack_state",
+    "restore",
+    "snapshot",
+    "state_of",
+]
 
 CHECKPOINT_VERSION = 1
 """The checkpoint format; a checkpoint of another version is ignored (the clone starts afresh)."""
@@ -136,12 +146,38 @@ class _Checked:
     delivered: list[str]
 
 
+def pack_state(state: dict[str, Any]) -> bytes | dict[str, Any]:
+    """A checkpoint as it travels and is kept: msgpack bytes, packed once by its clone's host.
+
+    The scheduler keeps and journals the bytes as they are (no walk over the messages, a fraction
+    of the memory of the dicts), and only a restart unpacks them (:func:`state_of`). A state
+    msgpack cannot pack (nothing the loop makes) stays a dict, as before.
+    """
+    try:
+        return msgpack.packb(state, use_bin_type=True)  # type: ignore[no-any-return]
+    except (TypeError, ValueError, OverflowError):
+        return state
+
+
+def state_of(value: Any) -> dict[str, Any] | None:
+    """The checkpoint in ``value`` (packed by :func:`pack_state`, or a dict) as a dict; ``None``
+    when there is none or it cannot be unpacked (the job then starts afresh)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        try:
+            value = msgpack.unpackb(value, raw=False, strict_map_key=False)
+        except Exception:  # noqa: BLE001 - msgpack raises many kinds; a bad checkpoint is none
+            return None
+    return value if isinstance(value, dict) else None
+
+
 def restore(clone: Clone, state: Any) -> bool:
     """Put ``clone`` (freshly built) in the state of checkpoint ``state``.
 
     Returns ``True`` when it did. A checkpoint of another job or format version, or one that
     fails a check, changes nothing but a warning in ``clone.warnings``: the clone starts afresh.
     """
+    if isinstance(state, bytes | bytearray | memoryview):
+        state = state_of(state) or "an unreadable packed checkpoint"
     try:
         checked = _check(clone, state)
         if checked.failover is not None and isinstance(clone.model, FailoverModel):

@@ -25,6 +25,7 @@ from ..config import Config, McpServerConfig
 from ..control import JobControl
 from ..providers import SimScript
 from ..vocab import EventType, JobState, Outcome, StopReason, stop_error
+from ._checkpoint import pack_state
 from ._loop import Clone
 from ._mcp import McpManager
 from ._providers import ProviderPool
@@ -96,6 +97,8 @@ class HostCore:
             # The clone's own `result` event stays here: its job's final event carries the
             # whole record, and the scheduler logs the one terminal event itself from that.
             return
+        elif event["type"] == _CHECKPOINT and isinstance(event["state"], dict):
+            event["state"] = pack_state(event["state"])  # only a shipped one is packed
         self._events.append({"job_id": job_id, "event": event})
         self._wakeup.set()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,9 @@ class ProcWatch:
         self.cpu: dict[int, tuple[str, float]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.own_cpu_s = 0.0
+        """CPU seconds this watcher spent sampling since :meth:`start`: it runs in the driver's
+        process, and :meth:`cpu_by_kind` takes it out of the driver's CPU."""
 
     def pids(self) -> list[int]:
         children: dict[int, list[int]] = defaultdict(list)
@@ -108,6 +112,7 @@ class ProcWatch:
 
     def start(self) -> None:
         self.peak, self.hosts_seen, self.cpu = Snapshot(), set(), {}
+        self.own_cpu_s = 0.0
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="procwatch", daemon=True)
         self._thread.start()
@@ -116,16 +121,20 @@ class ProcWatch:
         # Periodic samples read RSS only: reading smaps_rollup of every Ray process is costly
         # enough to slow the run it measures on 2 cores. PSS comes from the closing sample.
         while not self._stop.is_set():
+            began = time.thread_time()
             snap = self.sample(with_pss=False)
             if snap.rss > self.peak.rss:
                 self.peak = snap
+            self.own_cpu_s += time.thread_time() - began
             self._stop.wait(self.interval_s)
 
     def stop(self) -> Snapshot:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        began = time.thread_time()
         snap = self.sample()
+        self.own_cpu_s += time.thread_time() - began
         if snap.rss > self.peak.rss:
             self.peak = snap
         else:
@@ -136,6 +145,8 @@ class ProcWatch:
         out: dict[str, float] = {}
         for pid, (kind, cpu) in self.cpu.items():
             out[kind] = out.get(kind, 0.0) + cpu - (before.get(pid, (kind, 0.0))[1])
+        if "driver" in out:
+            out["driver"] = max(out["driver"] - self.own_cpu_s, 0.0)
         return {k: round(v, 2) for k, v in sorted(out.items())}
 
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from .. import control as api
-from ..actors import CloneSpec
+from ..actors import CloneSpec, state_of
 from ..config import DurabilityConfig
 from ..errors import ClusterError, IdCollision, UsageError
 from ..vocab import EventType, JobState, Outcome, StopReason, stop_error
@@ -77,7 +77,8 @@ class SchedulerCore(JobStops):
         self._batches: dict[str, list[str]] = {}
         self._batch_meta: dict[str, BatchSubmission] = {}
         self._children: dict[str, list[str]] = {}
-        self._checkpoints: dict[str, dict[str, Any]] = {}
+        self._checkpoints: dict[str, Any] = {}
+        """Each running job's latest checkpoint as its host shipped it (packed: ``state_of``)."""
         """Each running job's latest checkpoint (a restarted clone resumes from it)."""
         self._running = 0
         self._queued = 0
@@ -323,7 +324,7 @@ class SchedulerCore(JobStops):
                 rec.restarts += 1
                 rec.host_id, rec.node = fresh.host_id, None
                 self.durable.restarted(rec)
-                turn = int(self._checkpoints.get(job_id, {}).get("turns", 0) or 0)
+                turn = int((state_of(self._checkpoints.get(job_id)) or {}).get("turns", 0) or 0)
                 event = {
                     "type": str(EventType.RESTARTED),
                     "ts": time.time(),
@@ -355,7 +356,7 @@ class SchedulerCore(JobStops):
             self.mail.delivered(job_id, str(event.get("delivery_id")))
         elif kind == EventType.CHECKPOINT:
             state = event.get("state")
-            if isinstance(state, dict):
+            if isinstance(state, dict | bytes):
                 self._checkpoints[job_id] = state
                 self.durable.checkpoint(job_id, state)
             return

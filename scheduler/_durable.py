@@ -71,7 +71,7 @@ class Table:
     batches: dict[str, list[str]] = field(default_factory=dict)
     blobs: dict[str, bytes] = field(default_factory=dict)
     """Pickled submission of each batch that has unfinished jobs."""
-    checkpoints: dict[str, dict[str, Any]] = field(default_factory=dict)
+    checkpoints: dict[str, Any] = field(default_factory=dict)
     parts: dict[str, dict[int, bytes]] = field(default_factory=dict)
     """Pieces of submissions whose batch record has not been read yet."""
     damage: list[str] = field(default_factory=list)
@@ -152,7 +152,7 @@ def _fold_run(table: Table, rec: dict[str, Any]) -> bool:
 
 def _fold_ckpt(table: Table, rec: dict[str, Any]) -> bool:
     job_id, state = str(rec.get("j")), rec.get("s")
-    if job_id not in table.jobs or not isinstance(state, dict):
+    if job_id not in table.jobs or not isinstance(state, dict | bytes):
         return False
     if not table.jobs[job_id].is_terminal:
         table.checkpoints[job_id] = state
@@ -300,7 +300,7 @@ class Durable:
     def running(self, rec: JobRecord) -> None:
         self._append({"k": "run", "j": rec.job_id, "h": rec.host_id, "at": rec.started_at})
 
-    def checkpoint(self, job_id: str, state: dict[str, Any]) -> None:
+    def checkpoint(self, job_id: str, state: dict[str, Any] | bytes) -> None:
         self._append({"k": "ckpt", "j": job_id, "s": state})
 
     def restarted(self, rec: JobRecord) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
+from ..actors import state_of
 from ..vocab import EventType, JobState, StopReason
 from ._durable import Table
 from ._state import BatchSubmission, JobRecord
@@ -74,8 +75,9 @@ def _restore_batch(
     report["finished"] += len(recs) - len(unfinished)
     sub = _submission(table.blobs.get(batch_id), loads) if unfinished else None
     for rec in unfinished:
-        if sub is not None and rec.job_id in table.checkpoints:
-            resume_usage(rec, table.checkpoints[rec.job_id], sub.config)
+        state = state_of(table.checkpoints.get(rec.job_id))
+        if sub is not None and state is not None:
+            resume_usage(rec, state, sub.config)
     recorded: Totals | None = table.usage.get(batch_id)
     budget = table.budgets.get(batch_id)
     core.usage.restore_batch(batch_id, recs, recorded, budget, sub.config if sub else None)
@@ -140,7 +142,7 @@ def _requeue(
         core.durable.restarted(rec)
         if rec.job_id in checkpoints:
             core._checkpoints[rec.job_id] = checkpoints[rec.job_id]
-        turn = int(checkpoints.get(rec.job_id, {}).get("turns", 0) or 0)
+        turn = int((state_of(checkpoints.get(rec.job_id)) or {}).get("turns", 0) or 0)
         rec.detail = f"resumed after the scheduler restarted (from turn {turn})"
         event = {"type": str(EventType.RESTARTED), "ts": time.time(), "attempt": rec.restarts}
         event.update(resumed_turn=turn, detail="the scheduler restarted; resumed from the journal")

@@ -21,7 +21,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from .. import control as api
-from ..actors import CloneSpec, InboxLimits
+from ..actors import CloneSpec, InboxLimits, state_of
 from ..actors.remote import INBOX_NAME, CloneHost, get_or_create_inbox
 from ..cluster import NAMESPACE, SCHEDULER_NAME, read_state, state_dir, tune_collector
 from ..config import Config, DurabilityConfig, LimitsConfig
@@ -266,7 +266,7 @@ class SchedulerActor:
 
     async def checkpoint_of(self, job_id: str) -> dict[str, Any] | None:
         """A running job's latest checkpoint as shipped here (for tests and drills)."""
-        return self._c()._checkpoints.get(job_id)
+        return state_of(self._c()._checkpoints.get(job_id))
 
     async def kill_idle_hosts(self) -> int:
         """Fault injection: kill every idle warm host's actor (as a crash would); returns how

@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ..actors import CloneSpec
+from ..actors import CloneSpec, state_of
 from ..config import Config
 from ..definitions import DEFAULT_EXIT_SCHEMA
 from ..errors import ClusterError
@@ -146,7 +146,7 @@ class LocalHost:
         self.starts = 0
         self._gone: asyncio.Event | None = None
         self.resumed: dict[str, Any] = {}
-        """Checkpoints this host was asked to resume from, by job id."""
+        """Checkpoints this host was asked to resume from (unpacked), by job id."""
 
     def _alive(self) -> None:
         if self.dead:
@@ -165,7 +165,7 @@ class LocalHost:
     ) -> int:
         self._alive()
         self.starts += 1
-        self.resumed.update(resume or {})
+        self.resumed.update({k: state_of(v) for k, v in (resume or {}).items()})
         self.core.start(specs, config, sim_script, resume)
         return len(specs)
 

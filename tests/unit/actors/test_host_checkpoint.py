@@ -11,7 +11,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from clonefleet.actors import Candidate, FailoverModel, HostCore
+from clonefleet.actors import Candidate, FailoverModel, HostCore, state_of
 from clonefleet.config import Config, DurabilityConfig
 from clonefleet.testing import FakeClock, FunctionModel, call, make_spec, reply
 
@@ -110,14 +110,18 @@ async def test_only_the_latest_checkpoint_per_interval_and_none_after_the_final(
         assert of_type(events, "usage") and not of_type(events, CHECKPOINT)
         clock.advance(1.0)
         events = await host.drain(wait_s=0.01)
-        assert [e["event"]["state"]["turns"] for e in events] == [3]  # the latest, once due
+        assert [state_of(e["event"]["state"])["turns"] for e in events] == [
+            3
+        ]  # the latest, once due
 
         await gated.turns(2)
         events = await host.drain(wait_s=0.01)
         assert of_type(events, "usage") and not of_type(events, CHECKPOINT)  # within the interval
         clock.advance(1.0)
         events = await host.drain(wait_s=0.01)
-        assert [e["event"]["state"]["turns"] for e in events] == [5]  # shipped without new events
+        assert [state_of(e["event"]["state"])["turns"] for e in events] == [
+            5
+        ]  # shipped without new events
 
         await gated.turns(1)  # turn 6 is checkpointed, then turn 7 ends the run
         gated.release()
@@ -138,7 +142,9 @@ async def test_interval_zero_ships_every_checkpoint_in_order():
         events = [e["event"] for e in await drain_to_final(host)]
     finally:
         await host.aclose()
-    kinds = [(e["type"], e.get("turn") or e.get("state", {}).get("turns")) for e in events]
+    kinds = [
+        (e["type"], e.get("turn") or (state_of(e.get("state")) or {}).get("turns")) for e in events
+    ]
     marks = [k for k in kinds if k[0] in ("usage", CHECKPOINT, FINAL)]
     assert marks == [
         *[(kind, turn) for turn in (1, 2, 3) for kind in ("usage", CHECKPOINT)],
@@ -156,7 +162,7 @@ async def test_a_full_buffer_keeps_the_checkpoint_for_the_next_drain():
         first = await host.drain(wait_s=0.01)
         assert len(first) == 4 and not of_type(first, CHECKPOINT)
         second = await host.drain(wait_s=0.01)
-        assert [c["state"]["turns"] for c in of_type(second, CHECKPOINT)] == [1]
+        assert [state_of(c["state"])["turns"] for c in of_type(second, CHECKPOINT)] == [1]
         gated.release()
         await drain_to_final(host)
     finally:
@@ -173,6 +179,7 @@ async def test_start_with_checkpoints_resumes_those_jobs_and_starts_the_others_a
     finally:
         await first.aclose()
     state = shipped[-1]["state"]
+    assert isinstance(state, bytes)  # packed once by the host; kept and journaled as it is
     journaled = msgpack.unpackb(msgpack.packb(state, use_bin_type=True), strict_map_key=True)
 
     again, fresh = Gated(last=3, done=2), Gated(last=1)
