@@ -1,8 +1,9 @@
 """1,000 concurrent chat-completion requests against the local simulated server, per HTTP client.
 
 Compares httpx's own connection pool, httpx on ``httpx_aiohttp.AiohttpTransport`` (what
-clonefleet's providers use, via ``make_client``), raw aiohttp as a reference, and clonefleet's
-full ``OpenAIModel`` path (wire mapping and JSON included). The server runs in its own process
+``web_fetch`` and MCP over HTTP use, via ``make_client``), raw aiohttp as a reference, and
+clonefleet's full ``OpenAIModel`` path (wire mapping and JSON included), which posts over the
+providers' own keep-alive HTTP/1.1 pool (``providers/_http1.py``). The server runs in its own process
 (``serve_main``), so the CPU figures are the client's alone. Round 1 opens the connections
 ("cold"); later rounds reuse them ("warm").
 
