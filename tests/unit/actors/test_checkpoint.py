@@ -8,7 +8,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from clonefleet.actors import Candidate, Clone, ExitJudge, FailoverModel
+from clonefleet.actors import Candidate, Clone, ExitJudge, FailoverModel, state_of
+from clonefleet.actors._checkpoint import pack_state
 from clonefleet.errors import ModelError
 from clonefleet.providers import ToolCall
 from clonefleet.testing import FunctionModel, ScriptedModel, call, make_spec, reply
@@ -179,6 +180,22 @@ async def test_a_bad_checkpoint_means_a_fresh_start_with_a_warning(mangle):
     result = await clone.run()
     assert result.turns == 1 and result.status == "completed"
     assert any(w.startswith("checkpoint ignored, the run started afresh") for w in result.warnings)
+
+
+async def test_a_packed_checkpoint_resumes_and_an_unreadable_one_starts_afresh():
+    state = await good_snapshot()
+    packed = pack_state(state)
+    assert isinstance(packed, bytes) and state_of(packed) == roundtrip(state)
+    assert state_of(state) is state and state_of(None) is None and state_of(b"\xc1") is None
+    resumed = Clone(make_spec(), ScriptedModel([]), resume=packed)
+    assert resumed.resumed and resumed.turns == state["turns"]
+    garbled = Clone(make_spec(), ScriptedModel([reply("", EXIT)]), resume=packed[:7])
+    assert not garbled.resumed
+    result = await garbled.run()
+    assert result.status == "completed"
+    assert any(w.startswith("checkpoint ignored, the run started afresh") for w in result.warnings)
+    odd = {"v": 1, "not packable": object()}
+    assert pack_state(odd) is odd  # what msgpack cannot pack travels as it is
 
 
 # -- the parts: exit judge and failover cursor ----------------------------------------------------
