@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from ..errors import AllModelsFailed, ModelError, ModelTimeout
@@ -127,11 +127,24 @@ class FailoverModel:
                     self._on_failover(cand.key, order[position + 1][1].key, failures[cand.key])
                 continue
             self._cursor = slot  # keep the candidate that answered
-            return replace(resp, model=cand.key)
+            # Built directly: dataclasses.replace walks the fields on every call of every clone.
+            return ModelResponse(
+                text=resp.text,
+                tool_calls=resp.tool_calls,
+                usage=resp.usage,
+                model=cand.key,
+                refusal=resp.refusal,
+            )
         raise AllModelsFailed(failures)
 
     async def _attempts(self, cand: Candidate, req: ModelRequest) -> ModelResponse:
-        wire = replace(req, model=cand.wire_name)
+        wire = ModelRequest(
+            model=cand.wire_name,
+            messages=req.messages,
+            tools=req.tools,
+            max_tokens=req.max_tokens,
+            metadata=req.metadata,
+        )
         for attempt in range(cand.max_retries + 1):
             try:
                 async with asyncio.timeout(cand.timeout_s):

@@ -176,12 +176,20 @@ def _encode(payload: dict[str, Any]) -> bytes:
         body = orjson.dumps(payload)
     except TypeError:
         body = b""
-    if body and (not _BARE_NULL.search(body) or not _has_non_finite(payload)):
+    if body and (not _bare_null(body) or not _has_non_finite(payload)):
         return body
     return json.dumps(payload, ensure_ascii=False, allow_nan=False, check_circular=False).encode()
 
 
-_BARE_NULL = re.compile(rb"[:\[,]null")
+def _bare_null(body: bytes) -> bool:
+    """Whether ``body`` has a ``null`` value (after ``:``, ``[`` or ``,``), as NaN encodes; a
+    ``find`` loop, several times faster than a regular expression over a whole body."""
+    at = body.find(b"null")
+    while at > 0:
+        if body[at - 1] in b":[,":
+            return True
+        at = body.find(b"null", at + 4)
+    return False
 
 
 def _has_non_finite(value: Any) -> bool:

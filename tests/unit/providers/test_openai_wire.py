@@ -322,3 +322,39 @@ async def test_non_json_request_values_fail_cleanly(mock_model):
     with pytest.raises(ModelBehaviorError, match="cannot be encoded"):
         await mock_model(rec).request(bad)
     assert rec.requests == []
+
+
+async def test_failover_passes_every_request_field_on_and_names_the_candidate():
+    """FailoverModel copies requests and responses field by field (no dataclasses.replace on the
+    hot path): a field added to either must be carried there too, or this fails."""
+    from dataclasses import fields
+
+    from clonefleet.actors import Candidate
+    from clonefleet.providers import ModelRequest, ModelResponse, ToolCall, Usage
+
+    assert [f.name for f in fields(ModelRequest)] == [
+        "model", "messages", "tools", "max_tokens", "metadata"
+    ]  # fmt: skip
+    assert [f.name for f in fields(ModelResponse)] == [
+        "text", "tool_calls", "usage", "model", "refusal"
+    ]  # fmt: skip
+    seen: list[ModelRequest] = []
+    answer = ModelResponse(
+        text="t", tool_calls=(ToolCall(id="c", name="n", arguments={}),), usage=Usage(input_tokens=1, output_tokens=2),
+        model="wire", refusal=True,
+    )  # fmt: skip
+
+    class Echo:
+        async def request(self, req: ModelRequest) -> ModelResponse:
+            seen.append(req)
+            return answer
+
+    model = FailoverModel([Candidate(key="m", model=Echo(), wire_name="wire-m")])
+    req = ModelRequest(model="x", messages=(), tools=(), max_tokens=7, metadata={"k": 1})
+    got = await model.request(req)
+    assert seen[0] == ModelRequest(
+        model="wire-m", messages=(), tools=(), max_tokens=7, metadata={"k": 1}
+    )
+    assert got == ModelResponse(
+        text="t", tool_calls=answer.tool_calls, usage=answer.usage, model="m", refusal=True
+    )
