@@ -22,7 +22,7 @@ import collections
 import socket
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httptools
@@ -186,8 +186,12 @@ class Http1Pool:
     def __repr__(self) -> str:
         return f"Http1Pool(host={self.host!r}, port={self.port}, open={len(self._open)})"
 
-    async def post(self, target: bytes, body: bytes) -> Answer:
+    async def post(self, target: bytes, body: bytes | Callable[[], bytes]) -> Answer:
         """POST ``body`` to ``target`` (the path and query, as bytes) and read the whole answer.
+
+        ``body`` may be a function that makes it: it is called once a connection slot is free
+        (whatever it raises, ``post`` raises), and the body is dropped once written. Requests
+        beyond ``max_connections`` then wait without a body each (thousands, at 8 KB apiece).
 
         Raises:
             OSError: cannot connect, or the connection was lost before the whole answer.
@@ -199,13 +203,16 @@ class Http1Pool:
                 b"POST " + target + b" HTTP/1.1\r\n" + self._head_lines + b"Content-Length: "
             )
         async with self._slots:
+            data = body() if callable(body) else body
+            del body
             conn = await self._acquire()
             done = False
             try:
                 assert conn.transport is not None
                 waiter: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
                 conn.waiter = waiter
-                conn.transport.writelines((head, b"%d\r\n\r\n" % len(body), body))
+                conn.transport.writelines((head, b"%d\r\n\r\n" % len(data), data))
+                del data
                 answer = await waiter
                 done = True
             finally:

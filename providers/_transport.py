@@ -355,20 +355,18 @@ class HTTPProvider:
             raise UsageError(f"provider {self.name!r} is closed; build a new one")
         if not self._loopback:
             ensure_live_requests_allowed(self.base_url)
-        try:
-            body = _encode(payload)
-        except (TypeError, ValueError) as exc:
-            raise ModelBehaviorError(
-                f"provider {self.name!r}: the request cannot be encoded as JSON ({exc})"
-            ) from exc
         url = self._urls.get(path)
         if url is None:
             url = self._urls[path] = httpx.URL(self.base_url + path.lstrip("/"))
+        # Thousands of clones of a host wait at once, most for a connection: the pool encodes
+        # the body only when one is free, and drops it once written (see Http1Pool.post).
+        box = [payload]
+        del payload
         try:
             async with asyncio.timeout(self.timeout_s):
                 if self._pool is not None:
-                    return await self._post_pooled(url, body)
-                response = await self._post_httpx(url, body)
+                    return await self._post_pooled(url, lambda: self._encode(box.pop()))
+                response = await self._post_httpx(url, self._encode(box.pop()))
         except Exception as exc:
             translated = self._translate(exc)
             if translated is None:
@@ -392,10 +390,19 @@ class HTTPProvider:
             await response.aclose()
         return response
 
-    async def _post_pooled(self, url: httpx.URL, body: bytes) -> dict[str, Any]:
+    def _encode(self, payload: dict[str, Any]) -> bytes:
+        try:
+            return _encode(payload)
+        except (TypeError, ValueError) as exc:
+            raise ModelBehaviorError(
+                f"provider {self.name!r}: the request cannot be encoded as JSON ({exc})"
+            ) from exc
+
+    async def _post_pooled(self, url: httpx.URL, body: Callable[[], bytes]) -> dict[str, Any]:
         """The default transport's request: one keep-alive connection of the pool, no request
         or response objects. An answer that is not a plain 2xx JSON object, or that is
-        content-encoded, is decoded through an ``httpx.Response`` like every other answer."""
+        content-encoded, is decoded through an ``httpx.Response`` like every other answer.
+        ``body`` makes the body once a connection is free (see :meth:`Http1Pool.post`)."""
         assert self._pool is not None
         status, headers, content = await self._pool.post(url.raw_path, body)
         if 200 <= status < 300 and not any(k.lower() == b"content-encoding" for k, _ in headers):
