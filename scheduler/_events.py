@@ -48,17 +48,28 @@ class Pulse:
             pass
 
 
-def envelope(rec: JobRecord, event: dict[str, Any]) -> dict[str, Any]:
-    """One job's event (or a descendant's envelope) wrapped in the job's envelope."""
+_ENVELOPE = str(EventType.ENVELOPE)
+
+
+def envelope(rec: JobRecord, event: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    """One job's event (or a descendant's envelope) wrapped in the job's envelope (``name``:
+    the job's display name, when the caller has it already)."""
     return {
-        "type": str(EventType.ENVELOPE),
+        "type": _ENVELOPE,
         "parent_session_id": rec.parent or rec.batch_id,
         "subagent_run_id": rec.job_id,
         "subagent_type": rec.agent,
-        "display_name": display_name(rec.agent, rec.clone_index),
+        "display_name": name or display_name(rec.agent, rec.clone_index),
         "batch_id": rec.batch_id,
         "event": event,
     }
+
+
+def env_name(env: dict[str, Any], depth: int) -> str:
+    """The display name in the innermost of ``depth`` nested envelopes."""
+    for _ in range(depth - 1):
+        env = env["event"]
+    return str(env["display_name"])
 
 
 Entry = tuple[frozenset[str], str, dict[str, Any]]
@@ -94,19 +105,25 @@ class EventLog:
         """Sequence number of ``_log[0]``: events before it were spilled."""
         self.max_events, self._spill, self._unspill = max_events, spill, unspill
         self._pulse = Pulse()
+        self._shared: dict[str, tuple[frozenset[str], str]] = {}
+        """Per job: the set of it and its ancestors, and its display name, made once and shared
+        by its events (tens of thousands of events are kept; pruned as jobs leave the table)."""
 
     def record(self, job_id: str, event: dict[str, Any]) -> None:
         """Log one event of a job, wrapped once per ancestor: a grandchild's event arrives
         inside its parent's envelope inside the root job's envelope."""
         rec = self._jobs[job_id]
-        env = envelope(rec, event)
+        shared = self._shared.get(job_id)
+        env = envelope(rec, event, shared[1] if shared else None)
         chain = [job_id]
         while rec.parent is not None and rec.parent in self._jobs:
             rec = self._jobs[rec.parent]
             chain.append(rec.job_id)
             env = envelope(rec, env)
+        if shared is None or len(shared[0]) != len(chain):
+            shared = self._shared[job_id] = (frozenset(chain), env_name(env, len(chain)))
         env["seq"] = self._base + len(self._log)
-        self._log.append((frozenset(chain), event["type"], env))
+        self._log.append((shared[0], event["type"], env))
         if len(self._log) > self.max_events:
             self._trim()
         self._pulse.fire()
@@ -131,6 +148,7 @@ class EventLog:
         """Move the older half of memory out (to ``spill``), keeping sequence numbers."""
         cut = len(self._log) // 2
         old, self._log = self._log[:cut], self._log[cut:]
+        self._shared = {k: v for k, v in self._shared.items() if k in self._jobs}
         if self._spill is not None:
             self._spill(self._base, old)
         self._base += cut
