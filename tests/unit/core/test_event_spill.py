@@ -74,3 +74,23 @@ async def test_spilled_events_go_to_the_journal_and_a_new_log_numbers_after_them
     again.record(ids[0], {"type": "usage", "n": -1})
     assert (await read_all(again))[-1]["seq"] == restored.events_next
     _.close()
+
+
+async def test_a_jobs_events_share_its_ancestor_set_and_name_and_a_child_is_wrapped_twice():
+    jobs = table(2)
+    parent, other = list(jobs)
+    child = "sa_0000beef"
+    jobs[child] = JobRecord(
+        job_id=child, batch_id="b_2", agent="kid", clone_index=4, clone_count=5, parent=parent
+    )
+    log = EventLog(jobs, max_events=1000)
+    for job_id in (parent, parent, other, child, child):
+        log.record(job_id, {"type": "progress"})
+    sets = [entry[0] for entry in log._log]
+    assert sets[0] is sets[1] and sets[0] == {parent}  # made once, shared
+    assert sets[2] == {other} and sets[3] is sets[4] and sets[3] == {child, parent}
+    events = await read_all(log, {parent})
+    assert [e["subagent_run_id"] for e in events] == [parent, parent, parent, parent]
+    inner = events[2]["event"]
+    assert inner["subagent_run_id"] == child and inner["display_name"] == "kid #4"
+    assert events[0]["display_name"] == "a #0" and inner["event"] == {"type": "progress"}
