@@ -119,7 +119,19 @@ def exit_validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
     Raises:
         DefinitionError: ``schema`` is not a valid Draft 2020-12 JSON Schema.
     """
-    return _cached_validator(json.dumps(schema, sort_keys=True, default=str))
+    cached = _BY_ID.get(id(schema))
+    if cached is not None and cached[0] is schema:
+        return cached[1]
+    validator = _cached_validator(json.dumps(schema, sort_keys=True, default=str))
+    if len(_BY_ID) >= 256:
+        _BY_ID.clear()
+    _BY_ID[id(schema)] = (schema, validator)
+    return validator
+
+
+_BY_ID: dict[int, tuple[dict[str, Any], jsonschema.protocols.Validator]] = {}
+"""Validators by the id of their schema (kept alive here): the clones of a batch share one
+schema object, so most lookups skip writing the schema's canonical JSON."""
 
 
 @functools.lru_cache(maxsize=256)

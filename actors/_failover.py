@@ -145,8 +145,14 @@ class FailoverModel:
             max_tokens=req.max_tokens,
             metadata=req.metadata,
         )
+        # An HTTP model bounds each request itself, with the same timeout: a second timer per
+        # request (of thousands of clones) would only cost.
+        bounded = getattr(cand.model, "deadline_s", None)
+        own = isinstance(bounded, int | float) and bounded <= cand.timeout_s
         for attempt in range(cand.max_retries + 1):
             try:
+                if own:
+                    return await cand.model.request(wire)
                 async with asyncio.timeout(cand.timeout_s):
                     return await cand.model.request(wire)
             except TimeoutError:

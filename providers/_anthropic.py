@@ -42,6 +42,12 @@ class AnthropicModel:
         self.provider = provider
         self.default_max_tokens = default_max_tokens
 
+    @property
+    def deadline_s(self) -> float:
+        """The overall deadline its provider puts on every request (a failover layer need not
+        add its own when this is no longer than its timeout)."""
+        return self.provider.timeout_s
+
     def __repr__(self) -> str:
         return f"AnthropicModel(provider={self.provider!r})"
 

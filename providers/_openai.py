@@ -32,6 +32,12 @@ class OpenAIModel:
     def __init__(self, provider: HTTPProvider) -> None:
         self.provider = provider
 
+    @property
+    def deadline_s(self) -> float:
+        """The overall deadline its provider puts on every request (a failover layer need not
+        add its own when this is no longer than its timeout)."""
+        return self.provider.timeout_s
+
     def __repr__(self) -> str:
         return f"OpenAIModel(provider={self.provider!r})"
 

@@ -288,3 +288,26 @@ async def test_a_body_with_nan_is_refused_and_a_null_is_sent(serve):
             await provider.post_json("x", {"messages": [{"content": None, "t": float("nan")}]})
         assert await provider.post_json("x", {"content": None, "text": "null"}) == {"ok": True}
     assert bodies == [b'{"content":null,"text":"null"}']
+
+
+async def test_failover_over_an_http_model_is_bounded_by_the_providers_own_deadline(serve):
+    from clonefleet.actors import Candidate, FailoverModel
+    from clonefleet.errors import AllModelsFailed
+    from clonefleet.providers import ModelRequest, OpenAIModel
+
+    async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        await asyncio.sleep(5)
+
+    url, _ = await serve(hang)
+    async with HTTPProvider(name="slow", base_url=url, timeout_s=0.2) as provider:
+        model = OpenAIModel(provider)
+        assert model.deadline_s == 0.2
+        failover = FailoverModel(
+            [Candidate(key="m", wire_name="m", model=model, max_retries=0, timeout_s=0.2)]
+        )
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        with pytest.raises(AllModelsFailed, match="provider 'slow'.*within 0.2s"):
+            await failover.request(ModelRequest(model="m", messages=()))
+        assert loop.time() - began < 2.0
