@@ -17,6 +17,12 @@ from pathlib import Path
 
 import pytest
 
+_CLIENT_SERVER_START_FAILED = (
+    "Starting Ray client server failed",
+    "in start_specific_server",  # the proxier's start of a per-client server (ZombieProcess)
+)
+"""What Ray's client proxy prints when it could not start the server for one client."""
+
 pytestmark = pytest.mark.timeout(240)
 
 HIDE = Path(__file__).resolve().parent.parent / "fixtures" / "hide_clonefleet"
@@ -156,9 +162,10 @@ def test_batch_on_a_cluster_that_never_saw_the_definitions_or_the_package(ray_he
                 command, cwd=work, env=run_env, capture_output=True, text=True, timeout=120
             )
             # Ray Client's proxy starts a server process per client; on a loaded 2-core machine
-            # that start has failed once in a full suite run ("Starting Ray client server
-            # failed"). That is Ray's start-up, not clonefleet: one more try, then it counts.
-            if "Starting Ray client server failed" not in again.stderr:
+            # that start has failed in full suite runs ("Starting Ray client server failed", or
+            # the proxy finding its new server process already a zombie). That is Ray's start-up,
+            # not clonefleet: one more try, then it counts.
+            if not any(sign in again.stderr for sign in _CLIENT_SERVER_START_FAILED):
                 break
         assert again.returncode == 0, again.stderr[-3000:]
         ran.append(json.loads(again.stdout.splitlines()[-1])["job_id"])
