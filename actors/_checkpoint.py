@@ -177,7 +177,12 @@ def restore(clone: Clone, state: Any) -> bool:
     fails a check, changes nothing but a warning in ``clone.warnings``: the clone starts afresh.
     """
     if isinstance(state, bytes | bytearray | memoryview):
-        state = state_of(state) or "an unreadable packed checkpoint"
+        state = state_of(state)
+        if state is None:
+            clone.warnings.append(
+                "checkpoint ignored, the run started afresh: it cannot be unpacked"
+            )
+            return False
     try:
         checked = _check(clone, state)
         if checked.failover is not None and isinstance(clone.model, FailoverModel):

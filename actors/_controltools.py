@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import ToolRetry
-from ..providers import ToolSpec
+from ..providers import IdentityCache, ToolSpec
 from ._control_specs import CONTROL_SPECS
 from ._toolbase import Tool
 
@@ -72,22 +72,19 @@ def skill_spec(catalog: Mapping[str, tuple[str, str]]) -> ToolSpec:
     )
 
 
-_EXIT_SPECS: dict[int, tuple[dict[str, Any], ToolSpec]] = {}
-"""``exit_tool`` specs by the id of their schema (kept alive here): the clones of a batch share
-one schema object, and a clone sends its exit spec with every request."""
-
-
-def exit_spec(schema: dict[str, Any]) -> ToolSpec:
-    """The ``exit_tool`` spec: its parameters are the definition's exit schema."""
-    cached = _EXIT_SPECS.get(id(schema))
-    if cached is not None and cached[0] is schema:
-        return cached[1]
-    spec = ToolSpec(
+def _make_exit_spec(schema: dict[str, Any]) -> ToolSpec:
+    return ToolSpec(
         name="exit_tool",
         description="Finish the task and return your result.",
         parameters=schema,
     )
-    if len(_EXIT_SPECS) >= 256:
-        _EXIT_SPECS.clear()
-    _EXIT_SPECS[id(schema)] = (schema, spec)
-    return spec
+
+
+_EXIT_SPECS = IdentityCache(_make_exit_spec, 256)
+"""``exit_tool`` specs by their schema: the clones of a batch share one schema object, and a
+clone sends its exit spec with every request."""
+
+
+def exit_spec(schema: dict[str, Any]) -> ToolSpec:
+    """The ``exit_tool`` spec: its parameters are the definition's exit schema."""
+    return _EXIT_SPECS(schema)

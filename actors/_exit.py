@@ -24,6 +24,7 @@ import referencing.exceptions
 import referencing.jsonschema
 
 from ..errors import DefinitionError
+from ..providers import IdentityCache
 from ..vocab import Outcome, status_family
 from ._exit_bounds import (
     EXIT_VALIDATION_TIMEOUT_S,
@@ -119,19 +120,16 @@ def exit_validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
     Raises:
         DefinitionError: ``schema`` is not a valid Draft 2020-12 JSON Schema.
     """
-    cached = _BY_ID.get(id(schema))
-    if cached is not None and cached[0] is schema:
-        return cached[1]
-    validator = _cached_validator(json.dumps(schema, sort_keys=True, default=str))
-    if len(_BY_ID) >= 256:
-        _BY_ID.clear()
-    _BY_ID[id(schema)] = (schema, validator)
-    return validator
+    return _BY_SCHEMA(schema)
 
 
-_BY_ID: dict[int, tuple[dict[str, Any], jsonschema.protocols.Validator]] = {}
-"""Validators by the id of their schema (kept alive here): the clones of a batch share one
-schema object, so most lookups skip writing the schema's canonical JSON."""
+def _canonical_validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
+    return _cached_validator(json.dumps(schema, sort_keys=True, default=str))
+
+
+_BY_SCHEMA = IdentityCache(_canonical_validator, 256)
+"""Validators by their schema object: the clones of a batch share one, so most lookups skip
+writing the schema's canonical JSON."""
 
 
 @functools.lru_cache(maxsize=256)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_cold"]
+__all__ = ["run_cold", "run_session"]
 
 PROMPT = "Summarise file_{{ clone.index }}.py"
 
@@ -46,6 +46,33 @@ def _reap_session(sid: int, timeout_s: float = 30.0) -> int:
     return len(left)
 
 
+def run_session(
+    cmd: list[str], *, cwd: str | Path, env: dict[str, str], timeout_s: float
+) -> tuple[subprocess.Popen[str], str, str, bool, float]:
+    """Run ``cmd`` in a session of its own; past ``timeout_s`` its process group is killed.
+
+    Returns the process, its stdout and stderr, whether it timed out, and its wall seconds.
+    """
+    p0 = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=30)
+        timed_out = True
+    return proc, out, err, timed_out, time.perf_counter() - p0
+
+
 def run_cold(count: int, time_limit_s: float) -> dict[str, Any]:
     """``clonefleet run general-purpose --count COUNT --json`` in a fresh process and directory."""
     exe = Path(sys.executable).with_name("clonefleet")
@@ -54,24 +81,7 @@ def run_cold(count: int, time_limit_s: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="fanout-cold-") as cwd:
         env = {k: v for k, v in os.environ.items() if k not in ("CLONEFLEET_CONFIG", "RAY_ADDRESS")}
         env["XDG_CONFIG_HOME"] = str(Path(cwd) / "xdg")
-        p0 = time.perf_counter()
-        proc = subprocess.Popen(
-            cmd,
-            cwd=cwd,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            out, err = proc.communicate(timeout=time_limit_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate(timeout=30)
-            timed_out = True
-        wall = time.perf_counter() - p0
+        proc, out, err, timed_out, wall = run_session(cmd, cwd=cwd, env=env, timeout_s=time_limit_s)
         leftovers = _reap_session(proc.pid)
     records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     ok = sum(1 for r in records if r["status"] == "completed" and r["outcome"] == "success")

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from _fanout_cold import run_session
 from _fanout_report import rounded as _rounded
 from _fanout_report import tally as tally
 
@@ -83,24 +82,9 @@ class Cli:
     def __call__(self, *args: str, timeout: float = 150.0) -> Ran:
         """Run one command; past ``timeout`` its process group is killed (by its id)."""
         cmd = [sys.executable, "-m", "clonefleet", *args]
-        p0 = time.perf_counter()
-        proc = subprocess.Popen(
-            cmd,
-            cwd=self.work,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
+        proc, out, err, timed_out, wall = run_session(
+            cmd, cwd=self.work, env=self.env, timeout_s=max(timeout, 1.0)
         )
-        try:
-            out, err = proc.communicate(timeout=max(timeout, 1.0))
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate(timeout=30)
-            timed_out = True
-        wall = time.perf_counter() - p0
         log(f"  `clonefleet {' '.join(args)[:70]}` -> {proc.returncode} in {wall:.2f} s")
         return Ran(tuple(args), proc.returncode, out, err, round(wall, 2), timed_out)
 

@@ -19,6 +19,7 @@ from ._sim import SimBrain as SimBrain
 from ._sim import SimScript as SimScript
 from ._sim import SimStep as SimStep
 from ._sim import SimulatedModel as SimulatedModel
+from ._types import IdentityCache as IdentityCache
 from ._types import Message as Message
 from ._types import Model as Model
 from ._types import ModelRequest as ModelRequest
@@ -95,6 +96,7 @@ __all__ = [
     "build_provider",
     "ensure_live_requests_allowed",
     "HTTPProvider",
+    "IdentityCache",
     "is_loopback_url",
     "live_requests_allowed",
     "make_client",

@@ -12,7 +12,16 @@ from ..errors import (
     ModelBehaviorError,
 )
 from ._transport import HTTPProvider, summarize_body, token_count
-from ._types import Message, ModelRequest, ModelResponse, Role, ToolCall, ToolSpec, Usage
+from ._types import (
+    IdentityCache,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Role,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 
 __all__ = ["OpenAIModel", "clone_user", "openai_payload", "openai_response"]
 
@@ -104,24 +113,16 @@ def _arguments_json(arguments: dict[str, Any]) -> str:
         return json.dumps(arguments, ensure_ascii=False)
 
 
-_TOOLS: dict[int, tuple[ToolSpec, dict[str, Any]]] = {}
-"""Each tool's wire form by the id of its spec (kept alive here, so the id stays its own): a
-clone sends the same specs on every turn, and the clones of a host share most of them."""
-_TOOLS_MAX = 4096
-
-
-def _openai_tool(t: ToolSpec) -> dict[str, Any]:
-    cached = _TOOLS.get(id(t))
-    if cached is not None and cached[0] is t:
-        return cached[1]
-    wire = {
+def _wire_tool(t: ToolSpec) -> dict[str, Any]:
+    return {
         "type": "function",
         "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
     }
-    if len(_TOOLS) >= _TOOLS_MAX:
-        _TOOLS.clear()
-    _TOOLS[id(t)] = (t, wire)
-    return wire
+
+
+_openai_tool = IdentityCache(_wire_tool, 4096)
+"""Each tool's wire form, by its spec: a clone sends the same specs on every turn, and the
+clones of a host share most of them."""
 
 
 def openai_response(data: dict[str, Any], model: str = "") -> ModelResponse:

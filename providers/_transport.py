@@ -1,9 +1,11 @@
-"""HTTP transport of the real providers: the shared client, the per-request deadline, the guard
-call and the translation of every transport and HTTP failure into :mod:`clonefleet.errors`.
+"""HTTP transport of the real providers: the shared connection pool, the per-request deadline,
+the guard call and the translation of every transport and HTTP failure into
+:mod:`clonefleet.errors`.
 
 It does not retry or fail over (the clone's failover model does, from the ``retryable`` and
-``retry_after_s`` attributes of the errors raised here). API keys live only in the client's
-default headers, and every error text is scrubbed of them before it leaves this module.
+``retry_after_s`` attributes of the errors raised here). API keys live only in the pool's
+pre-encoded request head (or an injected transport's client), and every error text is scrubbed
+of them before it leaves this module.
 """
 
 from __future__ import annotations
@@ -257,9 +259,9 @@ def make_client(
 
 
 class HTTPProvider:
-    """Owns one provider's credentials and its shared ``httpx.AsyncClient``.
+    """Owns one provider's credentials and its shared pool of connections (``Http1Pool``).
 
-    Every model of the provider, and every clone of a clone host, sends through this one client.
+    Every model of the provider, and every clone of a clone host, sends through this one pool.
     Use it as an async context manager, or call :meth:`aclose` (closing twice is harmless).
 
     Args:
@@ -269,7 +271,7 @@ class HTTPProvider:
         secrets: values that must never appear in error texts (the API key).
         timeout_s: overall deadline of one request, body included, in seconds.
         max_connections: connection-pool size.
-        transport: an ``httpx`` transport to use instead of aiohttp (tests).
+        transport: an ``httpx`` transport to use instead of the pool (tests).
     """
 
     def __init__(
@@ -303,13 +305,16 @@ class HTTPProvider:
             except ValueError as exc:
                 raise UsageError(f"provider {name!r}: {exc}") from None
         self._transport = transport
-        self._client = make_client(
-            max_connections,
-            timeout_s,
-            base_url=self.base_url,
-            headers=json_headers,
-            transport=transport,
-        )
+        self._client: httpx.AsyncClient | None = None
+        """An injected transport's client (tests); the pool's providers have none."""
+        if transport is not None:
+            self._client = make_client(
+                max_connections,
+                timeout_s,
+                base_url=self.base_url,
+                headers=json_headers,
+                transport=transport,
+            )
         self._timeouts = {
             "timeout": {
                 "connect": timeout_s,
@@ -340,7 +345,8 @@ class HTTPProvider:
             self._closed = True
             if self._pool is not None:
                 self._pool.close()
-            await self._client.aclose()
+            if self._client is not None:
+                await self._client.aclose()
 
     async def post_json(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
         """POST ``payload`` as JSON and return the decoded JSON object of a 2xx answer.
@@ -379,10 +385,10 @@ class HTTPProvider:
         # Straight to the transport: the client's per-request URL merging, cookie, auth and
         # redirect layers cost about a third of a request's CPU at thousands of clones, and a
         # provider needs none of them (redirects are not followed, credentials are headers).
+        assert self._client is not None and self._transport is not None  # not the pool's
         request = httpx.Request(
             "POST", url, headers=self._client.headers, content=body, extensions=self._timeouts
         )
-        assert self._transport is not None  # only the pool's providers have none
         response = await self._transport.handle_async_request(request)
         try:
             await response.aread()

@@ -78,8 +78,8 @@ class SchedulerCore(JobStops):
         self._batch_meta: dict[str, BatchSubmission] = {}
         self._children: dict[str, list[str]] = {}
         self._checkpoints: dict[str, Any] = {}
-        """Each running job's latest checkpoint as its host shipped it (packed: ``state_of``)."""
-        """Each running job's latest checkpoint (a restarted clone resumes from it)."""
+        """Each running job's latest checkpoint as its host shipped it, packed (``state_of``
+        unpacks it); a restarted clone resumes from it."""
         self._running = 0
         self._queued = 0
         """Jobs waiting in the queues (``reserved``, with a spec): kept, not counted per call."""

@@ -65,13 +65,6 @@ def envelope(rec: JobRecord, event: dict[str, Any], name: str | None = None) -> 
     }
 
 
-def env_name(env: dict[str, Any], depth: int) -> str:
-    """The display name in the innermost of ``depth`` nested envelopes."""
-    for _ in range(depth - 1):
-        env = env["event"]
-    return str(env["display_name"])
-
-
 Entry = tuple[frozenset[str], str, dict[str, Any]]
 """``(the job and its ancestors, event type, outermost envelope)`` of one logged event."""
 Spill = Callable[[int, list[Entry]], None]
@@ -114,14 +107,15 @@ class EventLog:
         inside its parent's envelope inside the root job's envelope."""
         rec = self._jobs[job_id]
         shared = self._shared.get(job_id)
-        env = envelope(rec, event, shared[1] if shared else None)
+        name = shared[1] if shared else display_name(rec.agent, rec.clone_index)
+        env = envelope(rec, event, name)
         chain = [job_id]
         while rec.parent is not None and rec.parent in self._jobs:
             rec = self._jobs[rec.parent]
             chain.append(rec.job_id)
             env = envelope(rec, env)
-        if shared is None or len(shared[0]) != len(chain):
-            shared = self._shared[job_id] = (frozenset(chain), env_name(env, len(chain)))
+        if shared is None or len(shared[0]) != len(chain):  # new, or an ancestor was evicted
+            shared = self._shared[job_id] = (frozenset(chain), name)
         env["seq"] = self._base + len(self._log)
         self._log.append((shared[0], event["type"], env))
         if len(self._log) > self.max_events:

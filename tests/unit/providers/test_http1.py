@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from clonefleet.errors import ModelBehaviorError, ModelHTTPError, ModelTimeout
-from clonefleet.providers import HTTPProvider, _http1
+from clonefleet.actors import Candidate, FailoverModel
+from clonefleet.errors import AllModelsFailed, ModelBehaviorError, ModelHTTPError, ModelTimeout
+from clonefleet.providers import HTTPProvider, ModelRequest, OpenAIModel, _http1
 from clonefleet.providers._http1 import Http1Pool, HTTPProtocolError
 
 pytestmark = pytest.mark.timeout(30)
@@ -64,6 +65,20 @@ def _answer(body: bytes, status: bytes = b"200 OK", extra: bytes = b"") -> bytes
         b"HTTP/1.1 " + status + b"\r\nContent-Type: application/json\r\n" + extra
         + b"Content-Length: %d\r\n\r\n" % len(body) + body
     )  # fmt: skip
+
+
+def _once(reply: bytes, *, hold: bool = False) -> Handler:
+    """A server that reads one request and writes ``reply``; with ``hold``, it then keeps the
+    connection open, answering nothing more, until the client goes away."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(reply)
+        await writer.drain()
+        if hold:
+            await reader.read()  # b"" once the client closes its end
+
+    return handler
 
 
 def _keep_answering(reply: Callable[[bytes, bytes], bytes], stats_heads: list[bytes]) -> Handler:
@@ -212,13 +227,7 @@ async def test_a_connection_the_server_closed_while_idle_is_replaced(serve):
 )
 async def test_broken_or_oversized_answers_fail_cleanly(serve, monkeypatch, reply, error):
     monkeypatch.setattr(_http1, "MAX_BODY", 32 * 1024)
-
-    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
-        writer.write(reply)
-        await writer.drain()
-
-    url, _ = await serve(handler)
+    url, _ = await serve(_once(reply))
     pool = Http1Pool(url, {})
     try:
         with pytest.raises(error):
@@ -237,22 +246,10 @@ def test_headers_that_could_split_a_request_are_refused():
 
 
 async def test_the_provider_translates_the_pools_failures(serve):
-    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
-        writer.write(b"nonsense\r\n\r\n")
-        await writer.drain()
-
-    async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{")
-        await writer.drain()
-        await asyncio.sleep(5)
-
-    async def status(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
-        body = b'{"error": {"type": "rate_limit", "message": "slow down"}}'
-        writer.write(_answer(body, b"429 Too Many Requests", b"Retry-After: 3\r\n"))
-        await writer.drain()
+    garbage = _once(b"nonsense\r\n\r\n")
+    hang = _once(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{", hold=True)
+    body = b'{"error": {"type": "rate_limit", "message": "slow down"}}'
+    status = _once(_answer(body, b"429 Too Many Requests", b"Retry-After: 3\r\n"))
 
     cases: list[tuple[Handler, type[Exception], str]] = [
         (garbage, ModelBehaviorError, "invalid HTTP response"),
@@ -291,15 +288,7 @@ async def test_a_body_with_nan_is_refused_and_a_null_is_sent(serve):
 
 
 async def test_failover_over_an_http_model_is_bounded_by_the_providers_own_deadline(serve):
-    from clonefleet.actors import Candidate, FailoverModel
-    from clonefleet.errors import AllModelsFailed
-    from clonefleet.providers import ModelRequest, OpenAIModel
-
-    async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _read_request(reader)
-        await asyncio.sleep(5)
-
-    url, _ = await serve(hang)
+    url, _ = await serve(_once(b"", hold=True))
     async with HTTPProvider(name="slow", base_url=url, timeout_s=0.2) as provider:
         model = OpenAIModel(provider)
         assert model.deadline_s == 0.2

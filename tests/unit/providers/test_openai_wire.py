@@ -358,3 +358,19 @@ async def test_failover_passes_every_request_field_on_and_names_the_candidate():
     assert got == ModelResponse(
         text="t", tool_calls=answer.tool_calls, usage=answer.usage, model="m", refusal=True
     )
+
+
+def test_identity_cache_makes_once_per_object_and_never_serves_an_equal_other():
+    from clonefleet.providers import IdentityCache
+
+    made: list[dict] = []
+
+    def make(schema: dict) -> int:
+        made.append(schema)
+        return len(made)
+
+    cache = IdentityCache(make, size=2)
+    a, twin, b = {"type": "object"}, {"type": "object"}, {"type": "string"}
+    assert [cache(a), cache(a), cache(twin)] == [1, 1, 2]  # equal but not the same object
+    assert made == [a, twin]
+    assert cache(b) == 3 and cache(a) == 4  # full at two: started again empty
