@@ -149,6 +149,11 @@ class Tally:
         return len(self.records)
 
     @property
+    def all_ended(self) -> bool:
+        """Whether every job of the batch has its record (records of other jobs do not count)."""
+        return self.done >= self.total and all(job in self.records for job in self.job_ids)
+
+    @property
     def queued(self) -> int:
         return max(self.total - self.done - len(self.running), 0)
 
@@ -188,15 +193,21 @@ class View(Protocol):
     def close(self) -> None: ...
 
 
-def _pages(fleet: Any, target: str) -> Iterator[list[dict[str, Any]]]:
+def _pages(
+    fleet: Any, target: str, all_ended: Callable[[], bool] = lambda: False
+) -> Iterator[list[dict[str, Any]]]:
     """The target's lifecycle events page by page until all its jobs have ended (an empty page
-    at least every :data:`PAGE_WAIT_S`), as :meth:`Fleet.follow` reads them."""
+    at least every :data:`PAGE_WAIT_S`), as :meth:`Fleet.follow` reads them.
+
+    ``all_ended`` (asked after each page is used) says when the caller has seen every job end:
+    then one last page is read without waiting, instead of waiting out a whole empty page.
+    """
     cursor = 0
     while True:
         page = fleet.events(target, cursor=cursor, level="lifecycle", wait_s=PAGE_WAIT_S)
         cursor = page["cursor"]
         yield page["events"]
-        if not page["events"] and fleet.remaining([target]) == 0:
+        if all_ended() or (not page["events"] and fleet.remaining([target]) == 0):
             yield fleet.events(target, cursor=cursor, level="lifecycle")["events"]
             return
 
@@ -293,7 +304,7 @@ def watch(
         writers = (_print_record, *writers)
     watcher = Watcher(tally, views, writers)
     try:
-        for events in _pages(fleet, batch.batch_id):
+        for events in _pages(fleet, batch.batch_id, lambda: tally.all_ended):
             watcher.page(events)
     finally:
         watcher.close()

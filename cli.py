@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -260,6 +261,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("clonefleet: interrupted", file=sys.stderr)
         return 130
+
+
+def entry() -> None:
+    """The ``clonefleet`` program: :func:`main`, then a quick exit.
+
+    Once a command has finished, with Ray stopped and every file closed, the interpreter's own
+    teardown (unloading Ray and every other module one by one) still took about 0.3 s of each
+    run here, with nothing left for it to do; the process ends at once instead. Anything that
+    could still need that teardown (a connection to Ray, a thread still running, output that
+    cannot be flushed) gets the ordinary exit.
+    """
+    code = main()
+    if _nothing_left_to_finish():
+        os._exit(code)
+    raise SystemExit(code)
+
+
+def _nothing_left_to_finish() -> bool:
+    import threading
+
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed pipe: the ordinary exit reports it
+        return False
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return False
+    main_thread = threading.main_thread()
+    return not any(t is not main_thread and not t.daemon for t in threading.enumerate())
 
 
 # -- run ---------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 With no address, clonefleet starts an embedded local Ray bound to 127.0.0.1 with the dashboard
 off, its session folder (logs, sockets) inside a folder only this user may enter, and stops it
-when the session ends. With an address (``auto``, ``ray://host:port``, or
+when the session ends. It starts lean: without Ray's API server, autoscaler monitor and (unless
+logs go to the driver) log monitor, none of which it uses (``_lean.py``). With an address (``auto``, ``ray://host:port``, or
 ``RAY_ADDRESS``) it joins an existing cluster and leaves it running.
 
 Token authentication (Ray's ``RAY_AUTH_MODE=token``):
@@ -32,6 +33,7 @@ from types import TracebackType
 from typing import Any
 
 from ..errors import ClusterError
+from ._lean import lean_local_start
 from ._local import local_token_path, private_ray_temp_dir, resolve_address
 
 __all__ = ["ClusterConfig", "ClusterSession", "loopback_environment", "named_actor_exists"]
@@ -207,14 +209,16 @@ class ClusterSession:
             if address:
                 ray.init(address=address, **kwargs)
             else:
-                ray.init(
-                    address="local",
-                    num_cpus=self.cfg.num_cpus,
-                    include_dashboard=False,
-                    _node_ip_address="127.0.0.1",
-                    _temp_dir=str(private_ray_temp_dir()),
-                    **kwargs,
-                )
+                with lean_local_start(logs_to_driver=self.cfg.log_to_driver) as lean:
+                    ray.init(
+                        address="local",
+                        num_cpus=self.cfg.num_cpus,
+                        include_dashboard=False,
+                        _node_ip_address="127.0.0.1",
+                        _temp_dir=str(private_ray_temp_dir()),
+                        **kwargs,
+                        **lean,
+                    )
                 self.embedded = True
         except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
             self._put_back_environment()

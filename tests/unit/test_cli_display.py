@@ -295,14 +295,18 @@ class FakeFleet:
     def __init__(self, pages: list[list[dict[str, Any]]]) -> None:
         self.pages = pages
         self.reads = 0
+        self.waits: list[float] = []
+        self.remaining_calls = 0
 
     def events(self, target: str, *, cursor: int, level: str, wait_s: float = 0.0) -> dict:
         assert level == "lifecycle"
         page = self.pages[cursor] if cursor < len(self.pages) else []
         self.reads += 1
+        self.waits.append(wait_s)
         return {"events": page, "cursor": min(cursor + 1, len(self.pages))}
 
     def remaining(self, ids: list[str]) -> int:
+        self.remaining_calls += 1
         return 0
 
 
@@ -348,6 +352,27 @@ def test_watch_with_json_prints_records_to_stdout_and_no_plain_lines(capsys):
     out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["clone_index"] for r in out] == [0, 1, 2]
     assert "exec: progress" in stream.getvalue() and " done, " not in stream.getvalue()
+
+
+def test_watch_ends_without_waiting_once_every_job_has_its_record():
+    fleet = three_jobs()
+    watch(fleet, Batch(), stream=io.StringIO())
+    # Three pages read with a wait, then one drain without: no empty waiting page at the end
+    # and no `remaining` call (each would add up to half a second to every run).
+    assert fleet.waits == [0.5, 0.5, 0.5, 0.0] and fleet.remaining_calls == 0
+
+
+def test_watch_counts_only_the_batch_jobs_toward_its_end():
+    # A record for a job outside the batch (a child's) does not end the watch early.
+    fleet = FakeFleet(
+        [
+            [started(j) for j in JOBS[:3]],
+            [result(JOBS[0]), result(JOBS[1]), result(JOBS[7])],
+            [result(JOBS[2])],
+        ]
+    )
+    tally = watch(fleet, Batch(), stream=io.StringIO())
+    assert JOBS[2] in tally.records and fleet.waits == [0.5, 0.5, 0.5, 0.0]
 
 
 @pytest.mark.parametrize("lines", [False, True])
