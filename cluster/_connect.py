@@ -34,7 +34,7 @@ from typing import Any
 
 from ..errors import ClusterError
 from ._lean import lean_local_start
-from ._local import local_token_path, private_ray_temp_dir, resolve_address
+from ._local import local_token_path, private_ray_temp_dir, prune_ray_sessions, resolve_address
 
 __all__ = ["ClusterConfig", "ClusterSession", "loopback_environment", "named_actor_exists"]
 
@@ -209,13 +209,15 @@ class ClusterSession:
             if address:
                 ray.init(address=address, **kwargs)
             else:
+                temp_dir = private_ray_temp_dir()
+                prune_ray_sessions(temp_dir)
                 with lean_local_start(logs_to_driver=self.cfg.log_to_driver) as lean:
                     ray.init(
                         address="local",
                         num_cpus=self.cfg.num_cpus,
                         include_dashboard=False,
                         _node_ip_address="127.0.0.1",
-                        _temp_dir=str(private_ray_temp_dir()),
+                        _temp_dir=str(temp_dir),
                         **kwargs,
                         **lean,
                     )

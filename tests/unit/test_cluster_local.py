@@ -181,3 +181,22 @@ def test_the_daemon_stops_its_nodes_without_rays_graceful_waits():
 
     assert _daemon.STOP_GRACE_S <= 1.0
     assert _local.DOWN_TIMEOUT_S + _daemon.STOP_GRACE_S < 5.0
+
+
+def test_old_ray_session_folders_are_pruned_but_never_a_live_or_the_latest_one(tmp_path):
+    dead = subprocess.Popen(["true"])  # an ended process: its pid is not alive
+    dead.wait()
+    gone = dead.pid
+    names = [f"session_2026-11-{d:02d}_10-00-00_000000_{gone}" for d in range(1, 11)]
+    alive = f"session_2026-10-01_10-00-00_000000_{os.getpid()}"  # oldest, but still running
+    odd = "session_2026-10-02_10-00-00_000000_notapid"
+    for name in [*names, alive, odd]:
+        (tmp_path / name / "logs").mkdir(parents=True)
+        (tmp_path / name / "logs" / "raylet.out").write_text("log")
+    (tmp_path / "session_latest").symlink_to(tmp_path / names[2])
+    (tmp_path / "unrelated").mkdir()
+    assert _local.prune_ray_sessions(tmp_path, keep=3) == 6  # names[0, 1, 3..6]
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted([alive, odd, names[2], *names[-3:], "session_latest", "unrelated"])
+    assert _local.prune_ray_sessions(tmp_path, keep=3) == 0  # nothing more to do
+    assert _local.prune_ray_sessions(tmp_path / "missing") == 0
