@@ -18,11 +18,12 @@
   0.1–0.16 s.
 
 :func:`lean_local_start` wraps one ``ray.init`` of an embedded instance: none of those
-processes starts (the log monitor does when logs go to the driver), the node's registration is polled every :data:`REGISTRATION_POLL_S` so
-Ray's own check finds it on its first try, and it gives the ``ray.init`` keywords
-(:data:`LEAN_SYSTEM_CONFIG`) that turn task events and metrics off. Every change is to a method of Ray's ``Node`` class,
-put back when the ``with`` block ends; a Ray version without those methods is started the usual
-way, and ``CLONEFLEET_LEAN_RAY=0`` turns the whole thing off. A cluster clonefleet joins, or one
+processes starts (the log monitor does when logs go to the driver), the node's registration is
+polled every :data:`REGISTRATION_POLL_S` so Ray's own check finds it on its first try, and it
+gives the ``ray.init`` keywords (:data:`LEAN_SYSTEM_CONFIG`) that turn task events and metrics
+off. Every change is to a method of Ray's ``Node`` class, put back when the ``with`` block
+ends; a Ray version without those methods is started the usual way (only the settings apply),
+and ``CLONEFLEET_LEAN_RAY=0`` turns the whole thing off. A cluster clonefleet joins, or one
 ``clonefleet cluster up`` starts, is never touched.
 """
 
