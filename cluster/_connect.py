@@ -3,8 +3,9 @@
 With no address, clonefleet starts an embedded local Ray bound to 127.0.0.1 with the dashboard
 off, its session folder (logs, sockets) inside a folder only this user may enter, and stops it
 when the session ends. It starts lean: without Ray's API server, autoscaler monitor and (unless
-logs go to the driver) log monitor, none of which it uses (``_lean.py``). With an address (``auto``, ``ray://host:port``, or
-``RAY_ADDRESS``) it joins an existing cluster and leaves it running.
+logs go to the driver) log monitor, none of which it uses (``_lean.py``). With an address
+(``auto``, ``ray://host:port``, or ``RAY_ADDRESS``) it joins an existing cluster and leaves it
+running.
 
 Token authentication (Ray's ``RAY_AUTH_MODE=token``):
 
