@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from clonefleet.cluster._runtime import GC_THRESHOLDS
 from clonefleet.config import Config
 from clonefleet.errors import ClusterError
 from clonefleet.journal import Journal
@@ -22,9 +23,9 @@ CONFIG = Config(limits={"max_count": 200_000})
 
 @pytest.fixture
 def actor_gc():
-    """The collector thresholds the scheduler actor runs with (``scheduler/remote.py``)."""
+    """The collector thresholds the scheduler actor runs with (``cluster.tune_collector``)."""
     before = gc.get_threshold()
-    gc.set_threshold(50_000, 20, 100)
+    gc.set_threshold(*GC_THRESHOLDS)
     yield
     gc.set_threshold(*before)
 
@@ -44,12 +45,15 @@ async def _run(count: int, turns: int, per: int) -> tuple[float, SchedulerCore]:
 
 @pytest.mark.timeout(120)
 async def test_a_batch_of_100000_jobs_ends_in_bounded_time_without_quadratic_cost(actor_gc):
-    small, _ = await _run(10_000, turns=1, per=500)
+    # The smaller batch's CPU is the best of two: on a shared machine a single one varied
+    # 0.62-1.04 s, enough to make a linear cost look 16 times bigger. A per-job cost that grows
+    # with the table (quadratic) would make the ten times bigger batch cost about 100 times more.
+    small = min([(await _run(10_000, turns=1, per=500))[0] for _ in range(2)])
     big, core = await _run(100_000, turns=1, per=500)
     assert len(core.jobs) == 100_000
     assert all(rec.state == "completed" for rec in core.jobs.values())
     assert big < 20.0, f"100,000 jobs took {big:.1f} s of CPU"
-    assert big < 15 * small, f"100,000 jobs took {big:.2f} s of CPU, 10,000 took {small:.2f} s"
+    assert big < 20 * small, f"100,000 jobs took {big:.2f} s of CPU, 10,000 took {small:.2f} s"
 
 
 @pytest.mark.timeout(30)
