@@ -36,6 +36,7 @@ from ._exit_bounds import (
     short_repr,
     without_dialects,
 )
+from ._exit_quick import quick_check
 
 __all__ = [
     "ExitDecision",
@@ -258,6 +259,7 @@ class ExitJudge:
         self.timeout_s = timeout_s
         self._validator = exit_validator(schema)
         self._quick_schema = _is_quick_schema(schema)
+        self._quick = quick_check(schema)
         self._status_retries = 0
         self._failing_streak: list[str] = []
 
@@ -316,7 +318,11 @@ class ExitJudge:
         the document cannot judge anything: the run ends abnormal at once.
         """
         try:
-            problem = _problem(self._validator, payload, self.timeout_s)
+            problem = (
+                None
+                if self._passes_quick(payload)
+                else _problem(self._validator, payload, self.timeout_s)
+            )
         except _Unusable as exc:
             return ExitDecision(verdict=Verdict.BREAK, error=str(exc))
         except _TooCostly as exc:
@@ -332,6 +338,16 @@ class ExitJudge:
             "failure/failed/error or cancelled, or a `success` boolean"
         )
         return self._failing(payload, problem, budgeted=True, salvageable=True)
+
+    def _passes_quick(self, payload: Any) -> bool:
+        """Whether the compiled quick check (:func:`quick_check`) accepts ``payload``; a payload
+        it does not accept goes through the full validator, which words the problem."""
+        if self._quick is None or payload_problem(payload) is not None:
+            return False
+        try:
+            return self._quick(payload)
+        except Exception:  # noqa: BLE001 - never trusted: the full validator decides
+            return False
 
     def _failing(
         self, payload: Any, problem: str, *, budgeted: bool, salvageable: bool

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -84,6 +85,9 @@ class HostCore:
         self._dirty: dict[str, dict[str, Any]] = {}
         """The latest checkpoint event of each job not shipped yet."""
         self._shipped_at: dict[str, float] = {}
+        self._next_due = math.inf
+        """No pending checkpoint is due before this ``clock()`` time: drains before it skip the
+        scan (thousands of clones of a host each hold one, and most end before it is due)."""
         self._mail: dict[str, list[tuple[str, str]]] = {}
         """Messages for each clone here, taken at its next turn boundary (see :meth:`deliver`)."""
 
@@ -113,7 +117,9 @@ class HostCore:
             self._push(job_id, event)
         else:
             if job_id not in self._dirty:
-                self._shipped_at[job_id] = self._clock()  # pending since now
+                now = self._clock()
+                self._shipped_at[job_id] = now  # pending since now
+                self._next_due = min(self._next_due, now + self._interval.get(job_id, 0.0))
             self._dirty[job_id] = event  # a newer one keeps the older one's place and age
 
     def _ship_checkpoints(self) -> None:
@@ -122,13 +128,19 @@ class HostCore:
         it), so short runs cost nothing; a long run ships its latest every interval.
         """
         now = self._clock()
+        if now < self._next_due:
+            return
+        next_due = math.inf
         for job_id in list(self._dirty):
             if len(self._events) >= self._max_buffer:
-                return
-            if now - self._shipped_at.get(job_id, now) < self._interval.get(job_id, 0.0):
+                return  # the scan resumes at the next drain: the due time stays passed
+            due = self._shipped_at.get(job_id, now) + self._interval.get(job_id, 0.0)
+            if now < due:
+                next_due = min(next_due, due)
                 continue
             self._shipped_at.pop(job_id, None)
             self._push(job_id, self._dirty.pop(job_id))
+        self._next_due = next_due
 
     def pool_for(self, config: Config, sim_script: SimScript | None) -> ProviderPool:
         """The provider pool of a (config, script) pair, made on first use."""

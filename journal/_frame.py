@@ -99,6 +99,18 @@ def _shape_problem(record: object, max_depth: int) -> str | None:
 
 def _unpack(payload: bytes | memoryview, limits: Limits) -> dict[str, Any] | str:
     """The record in ``payload``, or the reason it is not one."""
+    record, failure = _unpack_within(payload, limits)
+    if failure is not None:
+        return failure
+    problem = _shape_problem(record, limits.max_depth)
+    if problem is not None:
+        return problem
+    return cast(dict[str, Any], record)
+
+
+def _unpack_within(payload: bytes | memoryview, limits: Limits) -> tuple[Any, str | None]:
+    """What msgpack reads from ``payload`` under ``limits`` and ``None``, or ``None`` and the
+    reason it cannot; the value's shape is not checked."""
     try:
         record: Any = msgpack.unpackb(
             payload,
@@ -111,16 +123,13 @@ def _unpack(payload: bytes | memoryview, limits: Limits) -> dict[str, Any] | str
             max_ext_len=0,
         )
     except msgpack.StackError:
-        return f"nesting deeper than {limits.max_depth}"
+        return None, f"nesting deeper than {limits.max_depth}"
     except Exception as exc:  # msgpack raises ValueError, TypeError, UnicodeDecodeError, ...
         text = f"{type(exc).__name__}: {exc}"
         if "map key" in str(exc):
-            return f"non-string map key ({text})"
-        return f"undecodable msgpack: {text}"
-    problem = _shape_problem(record, limits.max_depth)
-    if problem is not None:
-        return problem
-    return cast(dict[str, Any], record)
+            return None, f"non-string map key ({text})"
+        return None, f"undecodable msgpack: {text}"
+    return record, None
 
 
 def encode_record(record: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> bytes:
@@ -154,9 +163,10 @@ def encode_record(record: dict[str, Any], limits: Limits = DEFAULT_LIMITS) -> by
     if len(payload) > min(
         limits.max_str_len, limits.max_bin_len, limits.max_array_len, limits.max_map_len
     ):
-        checked = _unpack(payload, limits)
-        if isinstance(checked, str):
-            raise JournalError(f"cannot journal this record: {checked}")
+        # The shape was checked above: only msgpack's own limits are left to check.
+        _, failure = _unpack_within(payload, limits)
+        if failure is not None:
+            raise JournalError(f"cannot journal this record: {failure}")
     return _HEADER.pack(MAGIC, len(payload), zlib.crc32(payload)) + payload
 
 

@@ -3,7 +3,7 @@
 The scheduler appends one record per fact (docs/durability.md):
 
 - ``batch``: a submitted batch: its id, time, budget and one plain row per job (what ``jobs
-  list`` shows), preceded by ``part`` records holding its pickled submission (specs, config,
+  list`` shows; ``base`` holds the plain values every row shares, written once), preceded by ``part`` records holding its pickled submission (specs, config,
   definitions; 16 MiB a record) that lets a restarted scheduler start its unfinished jobs
   again; the batch's job ids are returned to the caller only after these are on disk;
 - ``run``: a job started running (its host);
@@ -26,6 +26,7 @@ import pickle
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from ..errors import JournalError
@@ -51,6 +52,51 @@ def job_row(rec: JobRecord) -> dict[str, Any]:
     row = {name: getattr(rec, name) for name in _ROW_FIELDS}
     row["state"] = str(rec.state)
     return row
+
+
+_PLAIN = (str, int, float, bool)
+
+
+def split_rows(rows: list[JobRecord]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The rows of a batch's jobs (:func:`job_row`) as the values they all share and, per job,
+    the other fields: ``{**shared, **row}`` is a job's row. A new batch's jobs differ in a few
+    fields, and its record is walked, packed and written while its caller waits.
+
+    Shared are plain values (strings, numbers, booleans, ``None``) equal in every row with the
+    same type, and maps of plain values equal key by key with the same types (a job's usage
+    counters). Replay copies a shared map for each job (see :func:`_fold_batch`).
+    """
+    shared: dict[str, Any] = {}
+    if len(rows) > 1:
+        for name in _ROW_FIELDS:
+            values = list(map(attrgetter(name), rows))
+            if _all_same(values):
+                shared[name] = str(values[0]) if name == "state" else values[0]
+    varying = [name for name in _ROW_FIELDS if name not in shared]
+    out = []
+    for rec in rows:
+        row = {name: getattr(rec, name) for name in varying}
+        if "state" in row:
+            row["state"] = str(rec.state)
+        out.append(row)
+    return shared, out
+
+
+def _all_same(values: list[Any]) -> bool:
+    first = values[0]
+    if first is None or isinstance(first, _PLAIN):
+        try:
+            return len(set(values)) == 1 and len(set(map(type, values))) == 1
+        except TypeError:  # an unhashable value in a later row
+            return False
+    if isinstance(first, list):
+        return not first and all(type(v) is list and not v for v in values)
+    if not isinstance(first, dict) or not all(isinstance(v, _PLAIN) for v in first.values()):
+        return False
+    kinds = [type(v) for v in first.values()]
+    return all(
+        type(v) is dict and v == first and [type(x) for x in v.values()] == kinds for v in values
+    )
 
 
 def record_of(row: dict[str, Any]) -> JobRecord | None:
@@ -101,12 +147,14 @@ def fold(records: Iterable[dict[str, Any]]) -> Table:
 
 
 def _fold_batch(table: Table, rec: dict[str, Any]) -> bool:
-    batch_id, rows = rec.get("b"), rec.get("jobs")
-    if not isinstance(batch_id, str) or not isinstance(rows, list):
+    batch_id, rows, base = rec.get("b"), rec.get("jobs"), rec.get("base", {})
+    if not isinstance(batch_id, str) or not isinstance(rows, list) or not isinstance(base, dict):
         return False
     ids = []
+    maps = [name for name, value in base.items() if isinstance(value, dict | list)]
     for row in rows:
-        job = record_of(row) if isinstance(row, dict) else None
+        fresh = {name: base[name].copy() for name in maps}  # each job its own counters
+        job = record_of({**base, **fresh, **row}) if isinstance(row, dict) else None
         if job is None:
             return False
         table.jobs.setdefault(job.job_id, job)
@@ -375,7 +423,10 @@ def batch_records(
         for at in range(0, len(blob), BLOB_PART):
             yield {"k": "part", "b": batch_id, "i": parts, "data": blob[at : at + BLOB_PART]}
             parts += 1
-    record: dict[str, Any] = {"k": "batch", "b": batch_id, "jobs": [job_row(r) for r in rows]}
+    shared, jobs = split_rows(rows)
+    record: dict[str, Any] = {"k": "batch", "b": batch_id, "jobs": jobs}
+    if shared:
+        record["base"] = shared
     record["parts"] = parts
     if budget is not None:
         record["budget"] = budget

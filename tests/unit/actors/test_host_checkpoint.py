@@ -133,6 +133,31 @@ async def test_only_the_latest_checkpoint_per_interval_and_none_after_the_final(
         await host.aclose()
 
 
+async def test_each_job_ships_on_its_own_interval_when_batches_differ():
+    # The host skips its scan until the earliest pending checkpoint is due: a job with a short
+    # interval arriving after one with a long interval must still ship on time.
+    clock, slow, quick = FakeClock(), Gated(last=9), Gated(last=9)
+    host = FakeHost({"sa_1": slow.model, "sa_2": quick.model}, clock=clock)
+    try:
+        host.start([make_spec(job_id="sa_1")], config(10.0))
+        await slow.turns(1)
+        assert not of_type(await host.drain(wait_s=0.01), CHECKPOINT)
+        clock.advance(1.0)
+        host.start([make_spec(job_id="sa_2")], config(1.0))
+        await quick.turns(1)
+        assert not of_type(await host.drain(wait_s=0.01), CHECKPOINT)
+        clock.advance(1.0)  # sa_2 is due (1 s pending); sa_1 has 8 s to go
+        shipped = [e for e in await host.drain(wait_s=0.01) if e["event"]["type"] == CHECKPOINT]
+        assert [e["job_id"] for e in shipped] == ["sa_2"]
+        clock.advance(7.5)
+        assert not of_type(await host.drain(wait_s=0.01), CHECKPOINT)
+        clock.advance(0.5)  # now sa_1's 10 s have passed
+        shipped = [e for e in await host.drain(wait_s=0.01) if e["event"]["type"] == CHECKPOINT]
+        assert [e["job_id"] for e in shipped] == ["sa_1"]
+    finally:
+        await host.aclose()
+
+
 async def test_interval_zero_ships_every_checkpoint_in_order():
     gated = Gated(last=4)
     host = FakeHost({"sa_1": gated.model}, clock=FakeClock())

@@ -292,3 +292,31 @@ async def test_the_queued_count_leaves_out_queued_jobs_that_were_cancelled():
     assert core.capacity() == {"running": 2, "max_concurrency": None, "queued": 3}
     await core.cancel_many([out["batch_id"]])
     await core.aclose()
+
+
+async def test_waits_count_jobs_that_end_out_of_order():
+    # A wait skips the ended jobs at the front of its list and stops at the first running one:
+    # a job behind it that ended meanwhile must still count as ended, and the front one must
+    # still count as running.
+    core = SchedulerCore(LocalHost)
+    script = SimScript.from_data({"default": [{"hang": True}]})
+    ids = (await core.submit(submission(core, 4, script=script)))["job_ids"]
+    await core.job_cancel(ids[3])
+    await core.job_cancel(ids[1])
+    assert await core.remaining(ids, wait_seconds=0.02) == 2
+    blocked = await core.job_block(ids, timeout_seconds=0.02)
+    assert not blocked["done"]
+    assert [j["status"] for j in blocked["jobs"]] == [
+        "running",
+        "cancelled",
+        "running",
+        "cancelled",
+    ]
+    waiting = asyncio.ensure_future(core.job_block(ids, timeout_seconds=10))
+    await core.job_cancel(ids[0])
+    await asyncio.sleep(0.01)
+    assert not waiting.done()  # the third job still runs
+    await core.job_cancel(ids[2])
+    assert (await asyncio.wait_for(waiting, 5))["done"]
+    assert await core.remaining(ids) == 0
+    await core.aclose()
