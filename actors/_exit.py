@@ -36,7 +36,7 @@ from ._exit_bounds import (
     short_repr,
     without_dialects,
 )
-from ._exit_quick import quick_check
+from ._exit_quick import Check, quick_check
 
 __all__ = [
     "ExitDecision",
@@ -258,8 +258,7 @@ class ExitJudge:
         )
         self.timeout_s = timeout_s
         self._validator = exit_validator(schema)
-        self._quick_schema = _is_quick_schema(schema)
-        self._quick = quick_check(schema)
+        self._quick_schema, self._quick = _QUICK_BY_SCHEMA(schema)
         self._status_retries = 0
         self._failing_streak: list[str] = []
 
@@ -376,6 +375,14 @@ class ExitJudge:
 def _is_count(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
+
+def _quick_parts(schema: dict[str, Any]) -> tuple[bool, Check | None]:
+    return _is_quick_schema(schema), quick_check(schema)
+
+
+_QUICK_BY_SCHEMA = IdentityCache(_quick_parts, 256)
+"""What a judge learns from its schema beyond the validator, made once per schema object (every
+clone of a batch makes its own judge over the batch's one schema)."""
 
 _SLOW_KEYWORDS = frozenset(
     {"pattern", "patternProperties", "propertyNames", "$ref", "$dynamicRef", "uniqueItems"}

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["quick_check"]
+__all__ = ["Check", "quick_check"]
 
 Check = Callable[[Any], bool]
 

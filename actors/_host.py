@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import math
+import heapq
 import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -84,10 +84,12 @@ class HostCore:
         """Checkpoint interval of each running job (its batch's config)."""
         self._dirty: dict[str, dict[str, Any]] = {}
         """The latest checkpoint event of each job not shipped yet."""
-        self._shipped_at: dict[str, float] = {}
-        self._next_due = math.inf
-        """No pending checkpoint is due before this ``clock()`` time: drains before it skip the
-        scan (thousands of clones of a host each hold one, and most end before it is due)."""
+        self._due_at: dict[str, float] = {}
+        """When each job's pending checkpoint is due (``clock()`` time)."""
+        self._due: list[tuple[float, str]] = []
+        """``(due, job)`` of the pending checkpoints, soonest first: a drain ships the due ones
+        without reading the rest (thousands of clones of a host each hold one, and most end
+        before theirs is due). An entry whose job has shipped or ended since is skipped."""
         self._mail: dict[str, list[tuple[str, str]]] = {}
         """Messages for each clone here, taken at its next turn boundary (see :meth:`deliver`)."""
 
@@ -95,7 +97,7 @@ class HostCore:
         if event["type"] == _FINAL:
             # The result supersedes any checkpoint: none may follow it.
             self._mail.pop(job_id, None)  # its job ended first: the inbox says undelivered
-            for table in (self._dirty, self._interval, self._shipped_at):
+            for table in (self._dirty, self._interval, self._due_at):
                 table.pop(job_id, None)
         elif event["type"] == _RESULT or len(self._events) >= self._max_buffer:
             # The clone's own `result` event stays here: its job's final event carries the
@@ -116,10 +118,9 @@ class HostCore:
         ):
             self._push(job_id, event)
         else:
-            if job_id not in self._dirty:
-                now = self._clock()
-                self._shipped_at[job_id] = now  # pending since now
-                self._next_due = min(self._next_due, now + self._interval.get(job_id, 0.0))
+            if job_id not in self._dirty:  # pending since now
+                due = self._due_at[job_id] = self._clock() + self._interval.get(job_id, 0.0)
+                heapq.heappush(self._due, (due, job_id))
             self._dirty[job_id] = event  # a newer one keeps the older one's place and age
 
     def _ship_checkpoints(self) -> None:
@@ -127,20 +128,14 @@ class HostCore:
         has room. A clone that ends within its interval never ships one (its result supersedes
         it), so short runs cost nothing; a long run ships its latest every interval.
         """
-        now = self._clock()
-        if now < self._next_due:
-            return
-        next_due = math.inf
-        for job_id in list(self._dirty):
+        now, due = self._clock(), self._due
+        while due and due[0][0] <= now:
             if len(self._events) >= self._max_buffer:
-                return  # the scan resumes at the next drain: the due time stays passed
-            due = self._shipped_at.get(job_id, now) + self._interval.get(job_id, 0.0)
-            if now < due:
-                next_due = min(next_due, due)
-                continue
-            self._shipped_at.pop(job_id, None)
-            self._push(job_id, self._dirty.pop(job_id))
-        self._next_due = next_due
+                return  # the rest ship at a later drain
+            at, job_id = heapq.heappop(due)
+            if self._due_at.get(job_id) == at:
+                del self._due_at[job_id]
+                self._push(job_id, self._dirty.pop(job_id))
 
     def pool_for(self, config: Config, sim_script: SimScript | None) -> ProviderPool:
         """The provider pool of a (config, script) pair, made on first use."""

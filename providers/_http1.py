@@ -27,6 +27,8 @@ from typing import Any
 
 import httptools
 
+from ._slots import Slots
+
 __all__ = ["HTTPProtocolError", "Http1Pool"]
 
 MAX_BODY = 64 * 1024 * 1024
@@ -176,7 +178,7 @@ class Http1Pool:
             lines.append(f"{name}: {value}")
         self._head_lines = ("\r\n".join(lines) + "\r\n").encode("latin-1")
         self._heads: dict[bytes, bytes] = {}
-        self._slots = asyncio.Semaphore(max_connections)
+        self._slots = Slots(max_connections)
         self._idle: collections.deque[_Connection] = collections.deque()
         self._open: set[_Connection] = set()
         self._ssl: ssl.SSLContext | None = None
