@@ -33,14 +33,13 @@ from ..errors import JournalError
 from ..journal import read_journal
 from ..vocab import JobState
 from ._events import Entry
+from ._spill import spill_records, spilled_entries
 from ._state import JobRecord
 from ._usage import Totals
 
 if TYPE_CHECKING:
     from ..journal import Journal, Replay
 
-EVENT_CHUNK = 2000
-"""Events per journal record when the event log spills (a record stays far under its limit)."""
 
 __all__ = ["Durable", "Table", "fold", "job_row", "read_table", "record_of"]
 
@@ -361,13 +360,11 @@ class Durable:
         self._append(record)
 
     def events(self, first: int, entries: list[Entry]) -> None:
-        """Keep events that leave the scheduler's memory, in chunks of :data:`EVENT_CHUNK`."""
+        """Keep events that leave the scheduler's memory (see :mod:`._spill`)."""
         if self.journal is None:
             return  # nothing is kept: not even the rows are made
-        for at in range(0, len(entries), EVENT_CHUNK):
-            chunk = entries[at : at + EVENT_CHUNK]
-            rows = [[first + at + i, sorted(c), k, e] for i, (c, k, e) in enumerate(chunk)]
-            self._append({"k": "events", "from": first + at, "ev": rows})
+        for record in spill_records(first, entries):
+            self._append(record)
 
     def read_events(self, cursor: int) -> list[tuple[int, Entry]]:
         """Events kept by :meth:`events` from ``cursor`` on, read from disk (blocking)."""
@@ -375,12 +372,8 @@ class Durable:
             return []
         out: list[tuple[int, Entry]] = []
         for rec in read_journal(self.journal.folder).records:
-            if rec.get("k") != "events" or not isinstance(rec.get("ev"), list):
-                continue
-            for row in rec["ev"]:
-                if isinstance(row, list) and len(row) == 4 and isinstance(row[0], int):
-                    if row[0] >= cursor and isinstance(row[3], dict):
-                        out.append((row[0], (frozenset(row[1]), str(row[2]), row[3])))
+            if rec.get("k") == "events":
+                out.extend(spilled_entries(rec, cursor))
         out.sort(key=lambda item: item[0])
         return out
 
