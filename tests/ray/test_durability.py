@@ -85,7 +85,8 @@ def _ends(fleet) -> dict[str, int]:
         if rec.get("k") == "end":
             counts[rec["j"]] = counts.get(rec["j"], 0) + 1
         elif rec.get("k") == "batch":  # a compaction snapshot carries ends inside its rows
-            for row in rec["jobs"]:
+            for part in rec["jobs"]:
+                row = {**rec.get("base", {}), **part}  # fields every row shares are in base
                 if row["state"] in ("completed", "failed", "cancelled"):
                     counts[row["job_id"]] = counts.get(row["job_id"], 0) + 1
     return counts
