@@ -29,12 +29,17 @@ async def test_never_more_holders_than_slots_and_waiters_served_in_arrival_order
     assert slots.free == 3 and slots.waiting == 0
 
 
-async def test_a_waiter_cancelled_while_waiting_leaves_its_place():
+async def one_held_two_waiting() -> tuple[Slots, asyncio.Future, asyncio.Future]:
+    """One slot, held, and two waiters for it (in that order)."""
     slots = Slots(1)
     await slots.acquire()
-    first = asyncio.ensure_future(slots.acquire())
-    second = asyncio.ensure_future(slots.acquire())
+    first, second = (asyncio.ensure_future(slots.acquire()) for _ in range(2))
     await asyncio.sleep(0)
+    return slots, first, second
+
+
+async def test_a_waiter_cancelled_while_waiting_leaves_its_place():
+    slots, first, second = await one_held_two_waiting()
     assert slots.waiting == 2
     first.cancel()
     await asyncio.sleep(0)
@@ -46,11 +51,7 @@ async def test_a_waiter_cancelled_while_waiting_leaves_its_place():
 
 
 async def test_a_waiter_cancelled_just_after_it_was_served_passes_the_slot_on():
-    slots = Slots(1)
-    await slots.acquire()
-    served = asyncio.ensure_future(slots.acquire())
-    after = asyncio.ensure_future(slots.acquire())
-    await asyncio.sleep(0)
+    slots, served, after = await one_held_two_waiting()
     slots.release()  # hands the slot to `served`, which has not run yet
     served.cancel()
     with pytest.raises(asyncio.CancelledError):
