@@ -3,9 +3,10 @@
 The scheduler appends one record per fact (docs/durability.md):
 
 - ``batch``: a submitted batch: its id, time, budget and one plain row per job (what ``jobs
-  list`` shows; ``base`` holds the plain values every row shares, written once), preceded by ``part`` records holding its pickled submission (specs, config,
-  definitions; 16 MiB a record) that lets a restarted scheduler start its unfinished jobs
-  again; the batch's job ids are returned to the caller only after these are on disk;
+  list`` shows; ``base`` holds what every row shares, written once), preceded by ``part``
+  records holding its pickled submission (specs, config, definitions; 16 MiB a record) that
+  lets a restarted scheduler start its unfinished jobs again; the batch's job ids are returned
+  to the caller only after these are on disk;
 - ``run``: a job started running (its host);
 - ``ckpt``: a clone's latest checkpoint (after a turn);
 - ``restart``: a job whose host died was started again;
@@ -46,10 +47,12 @@ __all__ = ["Durable", "Table", "fold", "job_row", "read_table", "record_of"]
 _ROW_FIELDS = tuple(f.name for f in fields(JobRecord))
 
 
-def job_row(rec: JobRecord) -> dict[str, Any]:
-    """Every field of a job's record as plain data (the state as its string)."""
-    row = {name: getattr(rec, name) for name in _ROW_FIELDS}
-    row["state"] = str(rec.state)
+def job_row(rec: JobRecord, names: Iterable[str] = _ROW_FIELDS) -> dict[str, Any]:
+    """The fields ``names`` (default: every field) of a job's record as plain data (the state
+    as its string)."""
+    row = {name: getattr(rec, name) for name in names}
+    if "state" in row:
+        row["state"] = str(rec.state)
     return row
 
 
@@ -72,13 +75,7 @@ def split_rows(rows: list[JobRecord]) -> tuple[dict[str, Any], list[dict[str, An
             if _all_same(values):
                 shared[name] = str(values[0]) if name == "state" else values[0]
     varying = [name for name in _ROW_FIELDS if name not in shared]
-    out = []
-    for rec in rows:
-        row = {name: getattr(rec, name) for name in varying}
-        if "state" in row:
-            row["state"] = str(rec.state)
-        out.append(row)
-    return shared, out
+    return shared, [job_row(rec, varying) for rec in rows]
 
 
 def _all_same(values: list[Any]) -> bool:
