@@ -44,6 +44,23 @@ def _ray_environment(token_file: Path) -> None:
     os.environ.pop("RAY_AUTH_TOKEN", None)
 
 
+def _own_ray_folder() -> Path:
+    """Make Ray's folder for this cluster and point Ray's default temporary folder at it.
+
+    Ray's in-process cluster utility records the head's address in ``ray_current_cluster`` in
+    its *default* temporary folder (``$RAY_TMPDIR/ray``, else ``$TMPDIR/ray``), whatever
+    ``temp_dir`` the head gets, and fails where that folder does not exist (a machine where Ray
+    never ran). Written there, the record would also let any program's
+    ``ray.init(address="auto")`` find this cluster. ``RAY_TMPDIR`` names the private folder's
+    parent instead, so the record lands in the folder only this user may enter, which is made
+    here first; the node processes inherit the setting.
+    """
+    folder = private_ray_temp_dir()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.environ["RAY_TMPDIR"] = str(folder.parent)
+    return folder
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="clonefleet-cluster-daemon")
     parser.add_argument("--nodes", type=int, default=1)
@@ -56,6 +73,7 @@ def main() -> int:
     if not token_file.is_file() or not token_file.read_text().strip():
         parser.error(f"no token in {token_file}")
     _ray_environment(token_file)
+    temp_dir = _own_ray_folder()
     from ray.cluster_utils import Cluster
 
     stop = threading.Event()
@@ -72,7 +90,7 @@ def main() -> int:
             "dashboard_agent_listen_port": None,
             "node_ip_address": "127.0.0.1",
             "gcs_server_port": args.port,
-            "temp_dir": str(private_ray_temp_dir()),
+            "temp_dir": str(temp_dir),
         },
     )
     try:

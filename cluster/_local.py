@@ -120,6 +120,11 @@ def read_state() -> dict[str, Any] | None:
     return state
 
 
+MAX_RAY_FOLDER_CHARS = 38
+"""The longest Ray folder whose sockets Ray can still make: a Unix socket's path holds at most 107
+bytes, and Ray adds up to about 69 (``/session_<date>_<time>_<pid>/sockets/plasma_store.N``)."""
+
+
 def private_ray_temp_dir() -> Path:
     """Ray's temporary folder for the instances clonefleet starts (embedded and ``cluster up``).
 
@@ -127,9 +132,13 @@ def private_ray_temp_dir() -> Path:
     folders writable) by every user, and puts its sockets there; the folder clonefleet gives it
     sits inside ``clonefleet-UID`` in the system's temporary folder, which only this user may
     enter (mode 0700), so other users reach neither the logs nor the sockets. When that name is
-    taken by something this user does not own, a fresh private folder is used instead.
+    taken by something this user does not own, a fresh private folder is used instead. When the
+    temporary folder's path is too long for Ray's socket paths (:data:`MAX_RAY_FOLDER_CHARS`),
+    ``/tmp`` is used instead of it.
     """
     system = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    if len(os.path.join(system, f"clonefleet-{os.getuid()}", "ray")) > MAX_RAY_FOLDER_CHARS:
+        system = "/tmp" if os.path.isdir("/tmp") else system
     base = Path(system) / f"clonefleet-{os.getuid()}"
     try:
         base.mkdir(mode=0o700)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.readme_smoke]
 
 
 def test_the_embedded_instance_runs_without_the_processes_it_does_not_use(ray_cluster, fleet):

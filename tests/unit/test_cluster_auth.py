@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import stat
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -107,7 +110,16 @@ def test_a_dead_clusters_record_and_token_go_away(tmp_path):
     assert _local.local_token_path("127.0.0.1:6390") is None
 
 
-def test_rays_temporary_folder_is_inside_a_folder_only_its_owner_enters(monkeypatch, tmp_path):
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temporary folder with a short path (Ray's socket paths under it must fit)."""
+    path = Path(tempfile.mkdtemp(prefix="cf", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_rays_temporary_folder_is_inside_a_folder_only_its_owner_enters(monkeypatch, short_tmp):
+    tmp_path = short_tmp
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
     base = tmp_path / f"clonefleet-{os.getuid()}"
     assert _local.private_ray_temp_dir() == base / "ray"
@@ -122,3 +134,15 @@ def test_rays_temporary_folder_is_inside_a_folder_only_its_owner_enters(monkeypa
     other = _local.private_ray_temp_dir()
     assert other.parent.parent == tmp_path and other.parent != base
     assert stat.S_IMODE(other.parent.stat().st_mode) == 0o700
+
+
+def test_a_temporary_folder_too_long_for_rays_sockets_gives_way_to_tmp(monkeypatch, tmp_path):
+    long = tmp_path / ("x" * 60)
+    long.mkdir()
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    monkeypatch.setenv("TMPDIR", str(long))
+    folder = _local.private_ray_temp_dir()
+    assert folder == Path("/tmp") / f"clonefleet-{os.getuid()}" / "ray"
+    # The longest socket Ray makes there still fits in a Unix socket's 107 bytes.
+    sock = folder / "session_2026-12-01_18-29-13_525661_4194304" / "sockets" / "plasma_store.9"
+    assert len(str(sock)) <= 107

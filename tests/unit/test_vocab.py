@@ -11,6 +11,8 @@ import clonefleet
 from clonefleet import vocab
 from clonefleet.actors import WORK_TOOL_TABLE
 
+pytestmark = pytest.mark.readme_smoke
+
 ROOT = Path(clonefleet.__file__).resolve().parent
 
 GROUPS: dict[str, frozenset[str]] = {
