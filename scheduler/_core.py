@@ -138,7 +138,8 @@ class SchedulerCore(JobStops):
             raise
         if self.usage.stopped_above(sub.specs[0].parent):  # spawned as its budget was passed
             self._mark([s.job_id for s in sub.specs], StopReason.BUDGET)
-        self._place(sub.batch_id, sub.clones_per_actor)
+        self._queue_batch(sub.batch_id, sub.clones_per_actor)
+        self._pump()
         return {"batch_id": sub.batch_id, "job_ids": [s.job_id for s in sub.specs]}
 
     def _add_batch(self, sub: BatchSubmission) -> None:
@@ -146,7 +147,6 @@ class SchedulerCore(JobStops):
         self._batch_meta[sub.batch_id] = replace(sub, specs=())
         self._batch_cap[sub.batch_id] = sub.max_concurrency
         self._batch_running[sub.batch_id] = 0
-        self._queues[sub.batch_id] = deque()
         self.usage.add_batch(sub.batch_id, sub.config, sub.budget_tokens, sub.budget_usd)
 
     def _drop_batch(self, batch_id: str) -> None:
@@ -163,18 +163,23 @@ class SchedulerCore(JobStops):
         self._order.forget(len(ids), self.jobs)
         self._queued -= len(ids)  # none of them had started
 
-    def _place(self, batch_id: str, clones_per_actor: int | None) -> None:
-        """Bind the batch's queued jobs to hosts and start what the caps allow."""
-        self._bind_queued(batch_id, clones_per_actor)
-        self._pump()
+    def _queue_batch(self, batch_id: str, clones_per_actor: int | None) -> None:
+        """Bind the batch's waiting jobs to hosts, then queue them for the pump.
 
-    def _bind_queued(self, batch_id: str, clones_per_actor: int | None) -> None:
-        """Bind the batch's queued jobs to hosts (every queued job must have one before the
-        pump runs)."""
-        ids = [j for j in self._queues.get(batch_id, ()) if not self.jobs[j].is_terminal]
+        A batch's jobs join the pump's queues only here, with their hosts: between adding its
+        jobs and this, a submit awaits its journal record, and other batches' pumps run.
+        """
+        ids = [
+            j
+            for j in self._batches.get(batch_id, ())
+            if self.jobs[j].state is JobState.RESERVED and j in self._specs
+        ]
+        if not ids:
+            return
         per = clones_per_actor or choose_clones_per_actor(len(ids), self.cpus, self.nodes)
         for start in range(0, len(ids), per):
             self._bind(self.hosts.acquire(), ids[start : start + per])
+        self._queues[batch_id] = deque(ids)
 
     def _check_ids(self, sub: BatchSubmission) -> None:
         if not sub.specs:
@@ -204,7 +209,6 @@ class SchedulerCore(JobStops):
         self._specs[spec.job_id] = spec
         self._queued += 1
         self._order.add(spec.job_id)
-        self._queues[spec.batch_id].append(spec.job_id)
         if spec.parent:
             self._children.setdefault(spec.parent, []).append(spec.job_id)
         self._log.record(spec.job_id, {"type": str(EventType.QUEUED), "ts": time.time()})

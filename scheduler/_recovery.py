@@ -50,8 +50,8 @@ def restore(
     for batch_id in core.usage.respend(core._batches):
         core._mark(core._batches[batch_id], StopReason.BUDGET)
     core._pump_held = False
-    for batch_id in list(core._queues):
-        core._bind_queued(batch_id, core._batch_meta[batch_id].clones_per_actor)
+    for batch_id, meta in list(core._batch_meta.items()):
+        core._queue_batch(batch_id, meta.clones_per_actor)
     core._pump()
     return report
 
@@ -133,7 +133,6 @@ def _requeue(
             _lose(core, rec, why)
             continue
         core._specs[rec.job_id] = spec
-        core._queues[sub.batch_id].append(rec.job_id)
         core._queued += 1
         resumed += 1
         if not was_running:
