@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..errors import (
     ModelBehaviorError,
 )
 from ._openai import clone_user
-from ._transport import HTTPProvider, summarize_body, token_count
+from ._transport import HTTPProvider, summarize_json, token_count
 from ._types import Message, ModelRequest, ModelResponse, Role, ToolCall, Usage
 
 __all__ = [
@@ -127,9 +126,7 @@ def anthropic_response(data: dict[str, Any], model: str = "") -> ModelResponse:
         ModelBehaviorError: an error object, no content list, or a broken ``tool_use`` block.
     """
     if data.get("type") == "error":
-        raise ModelBehaviorError(
-            f"response carries an error: {summarize_body(json.dumps(data), 'application/json')}"
-        )
+        raise ModelBehaviorError(f"response carries an error: {summarize_json(data)}")
     content = data.get("content")
     if not isinstance(content, list):
         raise ModelBehaviorError("response has no content list")

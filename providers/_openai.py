@@ -11,7 +11,8 @@ import orjson
 from ..errors import (
     ModelBehaviorError,
 )
-from ._transport import HTTPProvider, summarize_body, token_count
+from ._bounded_json import loads_bounded
+from ._transport import HTTPProvider, summarize_json, token_count
 from ._types import (
     IdentityCache,
     Message,
@@ -134,9 +135,7 @@ def openai_response(data: dict[str, Any], model: str = "") -> ModelResponse:
     choices = data.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         if data.get("error"):
-            raise ModelBehaviorError(
-                f"response carries an error: {summarize_body(json.dumps(data), 'application/json')}"
-            )
+            raise ModelBehaviorError(f"response carries an error: {summarize_json(data)}")
         raise ModelBehaviorError("response has no choices")
     choice = choices[0]
     message = choice.get("message")
@@ -190,8 +189,8 @@ def _openai_call(index: int, raw: Any) -> ToolCall:
     name, arguments = function["name"], function.get("arguments")
     if isinstance(arguments, str):
         try:
-            arguments = orjson.loads(arguments) if arguments.strip() else {}
-        except ValueError as exc:
+            arguments = loads_bounded(arguments) if arguments.strip() else {}
+        except ValueError as exc:  # not JSON, or nested past the cap (too deep to send back)
             raise ModelBehaviorError(
                 f"tool call {index} ({name}) has arguments that are not valid JSON: {exc}"
             ) from exc

@@ -27,6 +27,7 @@ from typing import Any
 from aiohttp import web
 
 from ..errors import ConfigError, UsageError
+from ._bounded_json import loads_bounded
 from ._sim import SimBrain, SimScript, SimStep, step_to_response
 from ._simwire import ANTHROPIC, MODEL_IDS, OPENAI, Wire, html_page
 
@@ -102,7 +103,14 @@ class SimServer:
             self.outcomes[f"refused {refused.status}"] += 1
             return refused
         try:
-            req = wire.parse(await request.json())
+            body = loads_bounded(await request.read())
+        except ValueError as exc:  # not JSON, or nested past the cap: never a RecursionError
+            self.outcomes["bad request"] += 1
+            return wire.error(
+                400, f"invalid {wire.name} request: the body cannot be read as JSON: {exc}", None
+            )
+        try:
+            req = wire.parse(body)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
             self.outcomes["bad request"] += 1
             return wire.error(400, f"invalid {wire.name} request: {exc}", None)

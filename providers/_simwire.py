@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ._bounded_json import loads_bounded
 from ._types import Message, ModelRequest, ModelResponse, Role, ToolCall, ToolSpec
 
 MODEL_IDS = ("sim-small", "sim-large")
@@ -132,7 +133,7 @@ def _arguments(raw: Any) -> dict[str, Any]:
     if isinstance(raw, dict):
         return raw
     try:
-        value = json.loads(raw or "{}")
+        value = loads_bounded(raw or "{}")
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}

@@ -31,10 +31,18 @@ from ..errors import (
     ModelTimeout,
     UsageError,
 )
+from ._bounded_json import loads_bounded, nesting_exceeds
 from ._guard import ensure_live_requests_allowed, is_loopback_url
 from ._http1 import Http1Pool, HTTPProtocolError
 
-__all__ = ["HTTPProvider", "make_client", "parse_retry_after", "summarize_body", "token_count"]
+__all__ = [
+    "HTTPProvider",
+    "make_client",
+    "parse_retry_after",
+    "summarize_body",
+    "summarize_json",
+    "token_count",
+]
 
 _USER_AGENT = "clonefleet"
 _REDACTED = "[redacted]"
@@ -115,6 +123,8 @@ class _Scrubber:
         return f"_Scrubber({len(self._secrets)} secret(s))"
 
 
+_MAX_SUMMARY_DEPTH = 64
+"""Deepest JSON error body summarized as JSON; a deeper one is summarized as text."""
 _TAG = re.compile(r"<[^>]+>")
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title>|<h1[^>]*>(.*?)</h1>", re.IGNORECASE | re.DOTALL)
 
@@ -127,9 +137,20 @@ def summarize_body(text: str, content_type: str) -> str:
         inner = (match.group(1) or match.group(2)) if match else _TAG.sub(" ", stripped)
         return "HTML error page: " + " ".join(_TAG.sub(" ", inner).split())[:200]
     try:
-        data = json.loads(stripped)
-    except ValueError:
+        data = loads_bounded(stripped, _MAX_SUMMARY_DEPTH)
+    except ValueError:  # not JSON, or nested too deep to print (never a RecursionError)
         return " ".join(stripped.split())
+    return summarize_json(data)
+
+
+def summarize_json(data: Any) -> str:
+    """A one-line summary of a decoded JSON body: its error's type and message when it has one.
+
+    ``data`` may come from any answer (orjson decodes up to 1,024 levels); one nested deeper than
+    :data:`_MAX_SUMMARY_DEPTH` is named, not printed, since printing it would recurse that deep.
+    """
+    if nesting_exceeds(data, _MAX_SUMMARY_DEPTH):
+        return f"a JSON body nested deeper than {_MAX_SUMMARY_DEPTH} levels"
     error = data.get("error") if isinstance(data, dict) else None
     if isinstance(error, dict):
         kind = error.get("type") or error.get("code") or ""
@@ -413,8 +434,8 @@ class HTTPProvider:
         status, headers, content = await self._pool.post(url.raw_path, body)
         if 200 <= status < 300 and not any(k.lower() == b"content-encoding" for k, _ in headers):
             try:
-                data = orjson.loads(content)
-            except ValueError:
+                data = loads_bounded(content)
+            except ValueError:  # decoded again below, for the error's text
                 data = None
             if isinstance(data, dict):
                 return data
@@ -454,12 +475,11 @@ class HTTPProvider:
                 response.status_code, summary, parse_retry_after(response.headers), spend_cap
             )
         try:
-            data = orjson.loads(
-                response.content
-            )  # several times faster than json.loads, same errors
+            data = loads_bounded(response.content)  # orjson: fast, and never a RecursionError
         except ValueError as exc:
-            if isinstance(exc, json.JSONDecodeError):
-                exc.doc = self._scrub(exc.doc)  # the whole body rides along on the chained error
+            if not isinstance(exc, json.JSONDecodeError):  # nested past the cap
+                raise ModelBehaviorError(f"provider {self.name!r}: response is {exc}") from None
+            exc.doc = self._scrub(exc.doc)  # the whole body rides along on the chained error
             head = self._scrub(
                 summarize_body(self._scrub(response.text)[:_MAX_ERROR_TEXT], content_type)
             )[:120]
