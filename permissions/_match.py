@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import posixpath
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..vocab import PATH_TOOLS
+from ._commands import read_command, unwrapped
 from ._rules import (
     MAX_COMMAND_CHARS,
     MAX_COMMAND_PARTS,
@@ -85,41 +85,13 @@ def _components(path: str) -> tuple[str, ...]:
     return tuple(p for p in path.split("/") if p)
 
 
-# Every shell separator, substitution and grouping starts a new command part; quotes are not
-# parsed, so text inside them may split too. That only ever makes a check stricter.
-_SPLIT = re.compile(r"\$\(|&&|\|\||[;&|\n\r`(){}]")
-_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-_WRAPPERS = frozenset(
-    "! env command exec nohup time sudo doas builtin nice xargs timeout stdbuf"
-    " if then else elif do while until".split()
-)
-
-
-def _command_parts(command: object) -> list[str] | None:
-    """The simple commands of a command line, whitespace collapsed; ``None`` when too big."""
-    if not isinstance(command, str) or len(command) > MAX_COMMAND_CHARS:
-        return None
-    parts = [" ".join(p.split()) for p in _SPLIT.split(command)]
-    parts = [p for p in parts if p] or [""]
-    return parts if len(parts) <= MAX_COMMAND_PARTS else None
-
-
 def _deny_variants(part: str) -> set[str]:
     """The ways a deny rule reads a command: as written, unquoted, and without leading variable
     assignments, wrappers (``sudo``, ``env``, ...) or a folder on the program's name."""
     unquoted = " ".join(part.translate({ord(c): None for c in "'\"\\"}).split())
     out = {part, unquoted}
     for text in (part, unquoted):
-        words = text.split(" ")
-        i, wrapped = 0, False
-        while i < len(words) and (
-            words[i] in _WRAPPERS
-            or _ASSIGNMENT.match(words[i])
-            or (wrapped and (words[i].startswith("-") or words[i].replace(".", "").isdigit()))
-        ):
-            wrapped = wrapped or words[i] in _WRAPPERS
-            i += 1
-        rest = words[i:]
+        rest = unwrapped(text.split(" "))
         if rest and "/" in rest[0]:
             rest = [rest[0].rsplit("/", 1)[1], *rest[1:]]
         out.add(" ".join(rest))
@@ -148,13 +120,19 @@ class Call:
     """Command parts, ``(components, real)`` paths, a host or a name; ``None`` when the argument
     cannot be checked (too long, unreadable): deny rules with patterns then deny."""
     below: bool = False
+    written: tuple[Any, ...] = ()
+    """A command's parts as written, redirections kept: deny rules read them too."""
+    writes: tuple[Call, ...] = ()
+    """What a command writes (its redirections and output options), each as a ``file_write``
+    call of that path (docs/permissions.md#what-a-command-writes)."""
+    text: str = ""
+    """A written path as the command names it, for messages."""
 
 
 def describe_call(tool: str, arguments: Mapping[str, Any], cwd: str) -> Call:
     """What the rules of ``tool`` match in ``arguments`` (relative paths start at ``cwd``)."""
     if tool == "shell":
-        parts = _command_parts(arguments.get("command"))
-        return Call(tool, None if parts is None else tuple(parts))
+        return _describe_command(arguments.get("command"), cwd)
     if tool in PATH_TOOLS:
         raw = next(
             (arguments[k] for k in ("path", "notebook_path", "file_path") if k in arguments), "."
@@ -174,6 +152,25 @@ def describe_call(tool: str, arguments: Mapping[str, Any], cwd: str) -> Call:
         name = arguments.get("subagent_type") or "_default"
         return Call(tool, (name,) if isinstance(name, str) else None)
     return Call(tool, ())
+
+
+_UNSURE_WRITE = Call("file_write", None, text="a path that cannot be told before it runs")
+
+
+def _describe_command(command: object, cwd: str) -> Call:
+    """A command's parts, and what it writes; one it cannot read may write anything."""
+    reading = None
+    if isinstance(command, str) and len(command) <= MAX_COMMAND_CHARS:
+        reading = read_command(command, MAX_COMMAND_PARTS)
+    if reading is None:
+        return Call("shell", None, writes=(_UNSURE_WRITE,))
+    writes = tuple(
+        _UNSURE_WRITE
+        if target is None
+        else replace(describe_call("file_write", {"path": target}, cwd), text=target)
+        for target in reading.targets
+    )
+    return Call("shell", reading.parts, written=reading.written, writes=writes)
 
 
 def _matches(rule: Rule, subject: Any, root: str, *, deny: bool, below: bool) -> bool:
@@ -219,7 +216,8 @@ def denies(rule: Rule, call: Call, root: str) -> bool:
         return False
     if rule.form is Form.ANY or call.subjects is None:
         return True
-    return any(_matches(rule, s, root, deny=True, below=call.below) for s in call.subjects)
+    subjects = (*call.subjects, *call.written)
+    return any(_matches(rule, s, root, deny=True, below=call.below) for s in subjects)
 
 
 def allowed(rules: Sequence[Rule], call: Call, root: str) -> bool:

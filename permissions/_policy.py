@@ -35,9 +35,12 @@ class Denial:
     source: str = ""
 
 
-def _denied_by(layer: Layer, rule: Rule) -> Denial:
+def _denied_by(layer: Layer, rule: Rule, write: Call | None = None) -> Denial:
     where = f"{layer.rules.source} {rule.key}".strip()
-    return Denial(message=f"denied by rule {rule.text} ({where})", rule=rule.text, source=where)
+    message = f"denied by rule {rule.text} ({where})"
+    if write is not None:
+        message += f": the command writes to {write.text}"
+    return Denial(message=message, rule=rule.text, source=where)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -73,8 +76,11 @@ class Policy:
             for rule in layer.rules.deny:
                 if denies(rule, call, layer.root):
                     return _denied_by(layer, rule)
+                for write in call.writes:
+                    if denies(rule, write, layer.root):
+                        return _denied_by(layer, rule, write)
         for layer in self.layers:
-            denial = self._layer_allows(layer, call)
+            denial = self._layer_allows(layer, call) or self._layer_allows_writes(layer, call)
             if denial is not None:
                 return denial
         return None
@@ -90,6 +96,8 @@ class Policy:
             rules = layer.rules
             if any(r.applies_to(tool) for r in rules.deny):
                 return True
+            if tool == "shell" and any(r.applies_to("file_write") for r in rules.deny):
+                return True  # what a command writes is checked as a write
             allow = [r for r in rules.allow if r.applies_to(tool)]
             if allow and not any(r.form is Form.ANY for r in allow):
                 return True
@@ -117,6 +125,39 @@ class Policy:
             f" {names}",
             source=source,
         )
+
+    def _layer_allows_writes(self, layer: Layer, call: Call) -> Denial | None:
+        """A layer that grants ``shell`` only for some commands grants no writes with them: each
+        file a command writes needs one of the layer's ``Write``/``Edit`` allow rules, and a bare
+        one covers the launch directory only (docs/permissions.md#what-a-command-writes)."""
+        if not call.writes:
+            return None
+        allow = layer.rules.allow
+        commands = [r for r in allow if r.applies_to("shell")]
+        if not commands or any(r.form is Form.ANY for r in commands):
+            return None  # shell granted whole (or left to the default): its writes with it
+        rules = [r for r in allow if r.applies_to("file_write")]
+        for write in call.writes:
+            if not self._write_allowed(rules, write, layer.root):
+                return Denial(
+                    message=f"not allowed by {layer.rules.source} permissions: this shell"
+                    f" command writes to {write.text}, and a command rule grants no writes; a"
+                    " Write or Edit allow rule must cover that path (docs/permissions.md)",
+                    source=layer.rules.source,
+                )
+        return None
+
+    def _write_allowed(self, rules: list[Rule], write: Call, root: str) -> bool:
+        if write.subjects is None or not rules:
+            return False
+        patterned = [r for r in rules if r.form is not Form.ANY]
+        bare = len(patterned) < len(rules)
+        for subject in write.subjects:
+            parts, real = subject
+            inside = bare and _within(parts, self.cwd, real)
+            if not inside and not allowed(patterned, Call(write.tool, (subject,)), root):
+                return False
+        return True
 
     def check(self, tool: str, arguments: Mapping[str, Any]) -> None:
         """Return when ``tool`` may run with ``arguments``.
@@ -156,6 +197,12 @@ class Policy:
             }
             for layer in self.layers
         ]
+
+
+def _within(parts: tuple[str, ...], folder: str, real: bool) -> bool:
+    """Whether a path's components lie in ``folder`` (its real path for a real path)."""
+    base = tuple(p for p in (os.path.realpath(folder) if real else folder).split("/") if p)
+    return parts[: len(base)] == base
 
 
 ALLOW_ALL = Policy()
