@@ -427,7 +427,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from .scheduler import clone_tools
     from .trust import provider_lines, provider_report
 
-    config = load_config(args.config)
+    # An untrusted project's config loads here all the same: validate runs nothing, and lists
+    # what the project asks for that only `clonefleet trust` allows.
+    config = load_config(args.config, check_trust=False)
     cwd = Path.cwd()
     report = validate_report(
         [Path(p) for p in args.paths],
@@ -444,7 +446,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     else:
         print("\n".join(validate_lines(report)))  # printable: see validate_lines
         print("\n".join(provider_lines(report["providers"])))  # key variables, never values
-    return EXIT_FAILED if report["errors"] else EXIT_OK
+    untrusted = report["trust"]["asks"] and not report["trust"]["trusted"]
+    return EXIT_FAILED if report["errors"] or untrusted else EXIT_OK
 
 
 def cmd_agents(args: argparse.Namespace) -> int:

@@ -194,25 +194,32 @@ def cmd_trust(args: argparse.Namespace) -> int:
     return _trust(args.dir or ".", as_json=args.json)
 
 
-def _project_providers(folder: str) -> tuple[str | None, list[dict[str, Any]]]:
-    """The project's config file and the providers it declares (a broken file: a warning)."""
+def _project_files(folder: str) -> tuple[str | None, list[dict[str, Any]], list[dict[str, str]]]:
+    """The project's config file, the providers it declares, and what its files ask for that
+    only trust allows (``validate``'s ``trust.asks``); a broken file is a warning."""
+    from .definitions import discover, trust_report
+
     local = Path(folder) / ".clonefleet" / "config.yaml"
-    if not local.is_file():
-        return None, []
+    config: Config | None = None
     try:
-        config = load_config_from(ConfigSource("project", str(local), False, folder))
+        if local.is_file():
+            config = load_config_from(ConfigSource("project", str(local), False, folder))
+        asks = trust_report(Path(folder), config, discover(Path(folder), (), config).asks)
     except ConfigError as exc:
         _echo(f"clonefleet: warning: {exc}", sys.stderr)
-        return str(local), []
-    return str(local), [p for p in provider_report(config) if p["source"] == "project"]
+        return (str(local) if local.is_file() else None), [], []
+    if config is None:
+        return None, [], asks["asks"]
+    providers = [p for p in provider_report(config) if p["source"] == "project"]
+    return str(local), providers, asks["asks"]
 
 
 def _trust(directory: str, *, as_json: bool) -> int:
     record, added = trust(directory)
-    config, providers = _project_providers(record["dir"])
+    config, providers, asks = _project_files(record["dir"])
     if as_json:
         out = {**record, "added": added, "file": str(trust_file()), "config": config}
-        _echo(json.dumps({**out, "providers": providers}))
+        _echo(json.dumps({**out, "providers": providers, "asks": asks}))
         return 0
     folder = printable(record["dir"])
     _echo(f"trusted {folder}" if added else f"already trusted: {folder}")
@@ -221,6 +228,9 @@ def _trust(directory: str, *, as_json: bool) -> int:
     elif providers:
         _echo(f"its config {printable(config)} may name these providers:")
         _echo("\n".join(f"  {line}" for line in provider_lines(providers)))
+    if asks:
+        _echo("its files may now:")
+        _echo("\n".join(printable(f"  {a['kind']:<8} {a['target']}  ({a['file']})") for a in asks))
     return 0
 
 

@@ -7,7 +7,8 @@ not reach any provider; ``clonefleet.actors`` turns a resolved model into a live
 The file is found, in order: ``--config FILE``, ``$CLONEFLEET_CONFIG``, ``.clonefleet/config.yaml``
 in the working directory, ``$XDG_CONFIG_HOME/clonefleet/config.yaml``. None is fine. A project's
 file (the third) may not add a network provider or change a provider's ``base_url`` or
-``api_key_env`` unless its folder is in the trust records (``clonefleet trust``, ``trust.py``).
+``api_key_env``, add an MCP server or set a simulation script unless its folder is in the trust
+records (``clonefleet trust``, ``trust.py``).
 
 Modules: ``_model`` (the schema), ``_load`` (finding and reading), ``_trust`` (trust records of
 project folders), ``_files`` (bounded reading of user files and YAML), ``_web`` (the ``web``
@@ -30,6 +31,7 @@ from ._load import find_config_path as find_config_path
 from ._load import find_config_source as find_config_source
 from ._load import load_config as load_config
 from ._load import load_config_from as load_config_from
+from ._load import user_config as user_config
 from ._mcp import MCP_SERVER_NAME as MCP_SERVER_NAME
 from ._mcp import McpServerConfig as McpServerConfig
 from ._mcp import McpServers as McpServers
@@ -51,10 +53,15 @@ from ._model import provider_route as provider_route
 from ._model import shown_url as shown_url
 from ._model import usage_cost as usage_cost
 from ._permissions import PermissionsConfig as PermissionsConfig
+from ._trust import TrustKind as TrustKind
+from ._trust import TrustNeed as TrustNeed
+from ._trust import config_needs as config_needs
 from ._trust import mcp_change as mcp_change
+from ._trust import mcp_need as mcp_need
 from ._trust import needs_trust as needs_trust
 from ._trust import provider_change as provider_change
 from ._trust import read_trust_records as read_trust_records
+from ._trust import trust_command as trust_command
 from ._trust import trust_file as trust_file
 from ._trust import web_change as web_change
 from ._web import WebConfig as WebConfig
@@ -79,6 +86,8 @@ __all__ = [
     "PriceConfig",
     "ProviderConfig",
     "SimulatedOptions",
+    "TrustKind",
+    "TrustNeed",
     "WebConfig",
     "WebSearchConfig",
     "YAML_MAX_DEPTH",
@@ -87,12 +96,14 @@ __all__ = [
     "YAML_MAX_NODES",
     "check_base_url",
     "check_mcp_server_name",
+    "config_needs",
     "domain_allowed",
     "find_config_path",
     "find_config_source",
     "load_config",
     "load_config_from",
     "mcp_change",
+    "mcp_need",
     "needs_trust",
     "printable",
     "price_per_token",
@@ -102,8 +113,10 @@ __all__ = [
     "read_trust_records",
     "safe_load_yaml",
     "shown_url",
+    "trust_command",
     "trust_file",
     "usage_cost",
+    "user_config",
     "web_change",
     "yaml_problem",
 ]

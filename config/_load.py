@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,10 +13,16 @@ from pydantic import ValidationError
 
 from ..errors import ConfigError
 from ._files import MAX_CONFIG_BYTES, printable, read_regular_file, safe_load_yaml, yaml_problem
-from ._model import Config, ConfigSource, provider_route, shown_url
-from ._trust import mcp_change, needs_trust, provider_change, read_trust_records, web_change
+from ._model import Config, ConfigSource
+from ._trust import config_needs, read_trust_records
 
-__all__ = ["find_config_path", "find_config_source", "load_config", "load_config_from"]
+__all__ = [
+    "find_config_path",
+    "find_config_source",
+    "load_config",
+    "load_config_from",
+    "user_config",
+]
 
 
 def find_config_path(
@@ -50,27 +55,42 @@ def find_config_source(
     return ConfigSource("global", str(glob)) if glob.is_file() else ConfigSource("built-in")
 
 
-def load_config(path: str | os.PathLike[str] | None = None, cwd: Path | None = None) -> Config:
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    cwd: Path | None = None,
+    *,
+    check_trust: bool = True,
+) -> Config:
     """Load and validate the config (defaults when no file is found).
 
-    A project's ``.clonefleet/config.yaml`` whose folder is not trusted may not add a network
-    provider or change a provider's ``base_url`` or ``api_key_env`` (docs/config.md).
+    A project's ``.clonefleet/config.yaml`` whose folder is not trusted may not ask for anything
+    only trust allows: a provider's URL or key variable, an MCP server, a simulation script,
+    ``web`` or ``durability.journal_dir`` (docs/config.md, :func:`config_needs`).
+
+    Args:
+        path: ``--config FILE``; ``None`` finds the file (:func:`find_config_source`).
+        cwd: the working directory whose ``.clonefleet/config.yaml`` is the project's.
+        check_trust: ``False`` loads an untrusted project's config all the same (its source
+            still says it is not trusted), for a report of what it asks (``validate``); never
+            for a run.
 
     Raises:
         ConfigError: the file cannot be read, is not YAML, breaks the schema, or is an untrusted
-            project config that names providers; the message names the file and the key.
+            project config that asks for what only trust allows; the message names the file
+            and the key.
     """
-    return load_config_from(find_config_source(path, cwd))
+    return load_config_from(find_config_source(path, cwd), check_trust=check_trust)
 
 
-def load_config_from(source: ConfigSource) -> Config:
-    """Load the config ``source`` names (see :func:`find_config_source`), checking trust."""
+def load_config_from(source: ConfigSource, *, check_trust: bool = True) -> Config:
+    """Load the config ``source`` names (see :func:`find_config_source`), checking trust
+    (see :func:`load_config`)."""
     if source.path is None:
         config = Config()
     else:
         config = _read_config(Path(source.path))
         if source.kind == "project":
-            source = _check_project(config, source)
+            source = _check_project(config, source, check_trust)
             if (glob := _global_config_path()).is_file():
                 # The user's own rules still hold: a project's config can only narrow them.
                 config._user_permissions = _read_config(glob).permissions
@@ -113,74 +133,26 @@ def _read_config(found: Path) -> Config:
         ) from None
 
 
-def _check_project(config: Config, source: ConfigSource) -> ConfigSource:
-    """Mark a project's config trusted or not; refuse an untrusted one whose providers are
-    not the built-in ones or the very same as in the user's own (global) config."""
+def _check_project(config: Config, source: ConfigSource, check: bool) -> ConfigSource:
+    """Mark a project's config trusted or not; refuse an untrusted one that asks for anything
+    only trust allows (:func:`config_needs`), naming the first such key."""
     trusted = any(r["dir"] == source.project_dir for r in read_trust_records())
     source = replace(source, trusted=trusted)
-    if trusted:
+    if trusted or not check:
         return source
-    if config.durability.journal_dir is not None:
-        raise ConfigError(
-            "this project's config is not trusted: it sets durability.journal_dir, the folder the "
-            "scheduler writes its journal to; a project's config may not choose it until you "
-            f"trust its folder: run `clonefleet trust {printable(shlex.quote(source.project_dir or '.'))}`",
-            printable(source.path or ""),
-            "durability.journal_dir",
-        )
-    if (web_key := web_change(config)) is not None:
-        raise ConfigError(
-            f"this project's config is not trusted: it sets {web_key}, which says where web_fetch "
-            "may send requests and what web_search runs; a project's config may not set `web` "
-            f"until you trust its folder: run `clonefleet trust {printable(shlex.quote(source.project_dir or '.'))}`",
-            printable(source.path or ""),
-            web_key,
-        )
-    _check_mcp(config, source)
-    own = Config().providers
-    names = [n for n in sorted(config.declared_providers) if needs_trust(config, own, n)]
-    if names and (glob := _global_config_path()).is_file():
-        own = _read_config(glob).providers
-        names = [n for n in names if needs_trust(config, own, n)]
-    if not names:
-        return source
-    name = names[0]
-    change = provider_change(config.providers[name], own.get(name)) or ""
-    url, env = provider_route(config.providers[name]) or ("", None)
-    theirs = "has no provider of that name" if not change else f"has another {change} for it"
-    more = f" (and {len(names) - 1} more provider(s))" if len(names) > 1 else ""
-    raise ConfigError(
-        f"this project's config is not trusted: its provider {printable(repr(name))} would send "
-        f"requests with {f'the key in ${printable(env)}' if env else 'no key'} to "
-        f"'{shown_url(url)}', and your own config {theirs}{more}. A project's config may not add "
-        "a provider or change a provider's base_url or api_key_env until you trust its folder; "
-        f"if you do, run `clonefleet trust {printable(shlex.quote(source.project_dir or '.'))}`",
-        printable(source.path or ""),
-        printable(f"providers.{name}" + (f".{change}" if change else "")),
-    )
+    config._source = source
+    needs = config_needs(config, user_config())
+    if needs:
+        raise ConfigError(needs[0].message, needs[0].file, needs[0].key)
+    return source
 
 
-def _check_mcp(config: Config, source: ConfigSource) -> None:
-    """Refuse an untrusted project config whose MCP servers are not the very same as in the
-    user's own (global) config: a stdio server is a command every clone host would run."""
-    if not config.mcp_servers:
-        return
+def user_config() -> Config:
+    """The user's own config, against which a project's is compared: their global file, or the
+    built-in defaults without one.
+
+    Raises:
+        ConfigError: the global file is unreadable or invalid.
+    """
     glob = _global_config_path()
-    own = _read_config(glob).mcp_servers if glob.is_file() else {}
-    name = mcp_change(config, own)
-    if name is None:
-        return
-    entry = config.mcp_servers[name]
-    what = (
-        f"run the command {shlex.join(entry.argv)!r}"
-        if entry.url is None
-        else f"send requests to '{shown_url(entry.url)}'"
-    )
-    raise ConfigError(
-        f"this project's config is not trusted: its MCP server {name!r} would make every clone "
-        f"host {printable(what)}, and your own config has no such server. A project's config may "
-        "not add or change an MCP server until you trust its folder; if you do, run "
-        f"`clonefleet trust {printable(shlex.quote(source.project_dir or '.'))}`",
-        printable(source.path or ""),
-        printable(f"mcp_servers.{name}"),
-    )
+    return _read_config(glob) if glob.is_file() else Config()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._catalog import SHIPPED_DIR as SHIPPED_DIR
 from ._catalog import Catalog as Catalog
+from ._catalog import discover as discover
 from ._catalog import load_catalog as load_catalog
 from ._catalog import load_directory as load_directory
 from ._catalog import load_file as load_file
@@ -45,6 +46,8 @@ from ._skills import skill_allowed as skill_allowed
 from ._tool_report import Effective as Effective
 from ._tool_report import definition_tools as definition_tools
 from ._tool_report import tool_resolution as tool_resolution
+from ._trust import trust_lines as trust_lines
+from ._trust import trust_report as trust_report
 
 __all__ = [
     "DEFAULT_EXIT_SCHEMA",
@@ -67,6 +70,7 @@ __all__ = [
     "agents_report",
     "check_exit_schema",
     "definition_tools",
+    "discover",
     "exit_schema_enum_warnings",
     "find_skill_refs",
     "load_catalog",
@@ -82,6 +86,8 @@ __all__ = [
     "skill_allowed",
     "subagent_search_path",
     "tool_resolution",
+    "trust_lines",
+    "trust_report",
     "unregister",
     "validate_lines",
     "validate_report",

@@ -4,6 +4,8 @@ Search order, later replacing earlier by name (docs/definitions.md): shipped, ``
 clonefleet/subagents``, ``discovery.extra_subagents_dirs``, each ``--subagents-dir``, the
 project's ``.clonefleet/subagents``, definitions registered in code, then config
 ``subagents.<name>``. A per-file failure is recorded with its reason and never stops the rest.
+A definition that came with an untrusted project and asks for an MCP server is held back and
+blocks its name (``._trust``).
 
 Decisions where the spec is silent: relative ``extra_subagents_dirs`` are resolved against the
 config file's folder (or ``cwd`` without a file); the symlink policy applies to the files inside a
@@ -16,18 +18,18 @@ from __future__ import annotations
 
 import difflib
 import os
-import shlex
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ..config import Config, printable, read_trust_records
-from ..errors import ConfigError, DefinitionError
+from ..config import Config, TrustNeed, printable
+from ..errors import DefinitionError
 from ._build import build_definition, build_python
 from ._model import RESERVED_NAME, Definition, LoadFailure, LoadReason, LoadWarning
 from ._parse import parse_file
 from ._python import registered
+from ._trust import ProjectOrigin, ProjectSources, Refusal, definition_needs, refusal
 
 __all__ = [
     "SHIPPED_DIR",
@@ -61,11 +63,17 @@ class DirectoryLoad:
     definitions: list[Definition] = field(default_factory=list)
     errors: list[LoadFailure] = field(default_factory=list)
     warnings: list[LoadWarning] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
+    """Definitions of an untrusted project held back until it is trusted (``._trust``)."""
+    asks: list[TrustNeed] = field(default_factory=list)
+    """What the project's definitions ask for that only trust allows, granted or not."""
 
     def extend(self, other: DirectoryLoad) -> None:
+        self.refused += [replace(r, at=r.at + len(self.definitions)) for r in other.refused]
         self.definitions += other.definitions
         self.errors += other.errors
         self.warnings += other.warnings
+        self.asks += other.asks
 
 
 def _stem(path: Path) -> str:
@@ -284,6 +292,9 @@ class Catalog:
     """Per-file failures, in discovery order."""
     warnings: list[LoadWarning] = field(default_factory=list)
     """Per-file warnings (including those of definitions later shadowed), in discovery order."""
+    refused: dict[str, LoadFailure] = field(default_factory=dict)
+    """Names whose strongest definition came with an untrusted project and asks for what only
+    ``clonefleet trust`` allows, with its failure; :meth:`get` raises it for them."""
     cwd: Path = field(default_factory=Path.cwd)
     subagents_dirs: tuple[Path, ...] = ()
     config: Config | None = None
@@ -293,11 +304,21 @@ class Catalog:
 
         Raises:
             DefinitionError: ``unknown-agent`` listing the available agents, or the load
-                failure's own reason when a file of that name failed to load.
+                failure's own reason when a file of that name failed to load or was held back
+                until its project is trusted (never a weaker definition of the name instead).
         """
         found = self.definitions.get(name)
         if found is not None:
             return found
+        available = ", ".join(d.name for d in self.listed()) or "(none)"
+        held = self.refused.get(name)
+        if held is not None:
+            raise DefinitionError(
+                f"agent {name!r} did not load: {printable(held.message)}",
+                held.reason,
+                held.path,
+                "name",
+            )
         available = ", ".join(d.name for d in self.listed()) or "(none)"
         for failure in self.errors:
             if Path(failure.path).name.lower() == f"{name}.md".lower():
@@ -344,86 +365,63 @@ def discover(
     """
     follow = bool(config and config.discovery.follow_symlinks_for_configs)
     total = load_directory(SHIPPED_DIR, shipped=True)
-    project = Path(cwd) / ".clonefleet" / "subagents"
+    sources = ProjectSources(Path(cwd), subagents_dirs, config)
     for folder, explicit in subagent_search_path(Path(cwd), subagents_dirs, config):
         load = load_directory(folder, follow_symlinks=follow, explicit=explicit)
-        if folder == project:
-            _refuse_untrusted_commands(load, Path(cwd))
+        if (origin := sources.folder(folder)) is not None:
+            _hold_back_untrusted(load, origin)
         total.extend(load)
     for defn in registered():
         total.definitions.append(defn)
         total.warnings += _warnings_of(defn)
     if config is not None:
-        for name, spec in config.subagents.items():
-            where = f"{config.path or 'config'}:subagents.{name}"
-            try:
-                defn = build_python(
-                    spec if isinstance(spec, dict) else {}, path=where, expected_name=name
-                )
-            except DefinitionError as exc:
-                total.errors.append(
-                    LoadFailure(path=where, reason=str(exc.reason), message=exc.message)
-                )
-                continue
-            except Exception as exc:  # belt: one hostile entry never breaks the others
-                total.errors.append(
-                    LoadFailure(
-                        path=where,
-                        reason=LoadReason.INVALID_DEFINITION,
-                        message=f"the definition could not be loaded ({type(exc).__name__}: {str(exc)[:200]})",
-                    )
-                )
-                continue
-            total.definitions.append(defn)
-            total.warnings += _warnings_of(defn)
+        total.extend(_inline(config, sources.inline))
     return total
 
 
-def _trusted(project: Path) -> bool:
-    try:
-        records = read_trust_records()
-    except ConfigError:
-        return False  # an unreadable trust file trusts nothing
-    return any(r.get("dir") == str(project.resolve()) for r in records)
-
-
-def _refuse_untrusted_commands(load: DirectoryLoad, project: Path) -> None:
-    """A definition in an untrusted project's folder may not start an MCP server command.
-
-    Such a server would run on every clone host as soon as a clone of the definition starts,
-    before any model chose to; the definition is reported (``invalid-definition``, rule
-    ``untrusted-mcp-server``) until ``clonefleet trust`` trusts the folder.
-    """
-    commands = [
-        (defn, name, entry)
-        for defn in load.definitions
-        for name, entry in defn.mcp_servers
-        if isinstance(entry, dict) and entry.get("command")
-    ]
-    if not commands or _trusted(project):
-        return
-    refused: dict[int, Definition] = {}
-    for defn, name, entry in commands:
-        if id(defn) in refused:
-            continue
-        refused[id(defn)] = defn
-        command = entry["command"]
-        argv = [command] if isinstance(command, str) else list(command)
-        argv += list(entry.get("args") or ())
-        load.errors.append(
-            LoadFailure(
-                path=defn.path or str(project),
-                reason=LoadReason.INVALID_DEFINITION,
-                message=(
-                    f"rule untrusted-mcp-server: its MCP server {name!r} would run "
-                    f"{printable(shlex.join(str(a) for a in argv))!r} on every clone host, and "
-                    "this project's folder is not trusted; a project's definition may not start a "
-                    "server command until you trust its folder: run "
-                    f"`clonefleet trust {printable(shlex.quote(str(project)))}`"
-                ),
+def _inline(config: Config, origin: ProjectOrigin | None) -> DirectoryLoad:
+    """The config's ``subagents`` entries (a project's held back until it is trusted)."""
+    load = DirectoryLoad()
+    for name, spec in config.subagents.items():
+        where = f"{config.path or 'config'}:subagents.{name}"
+        try:
+            defn = build_python(
+                spec if isinstance(spec, dict) else {}, path=where, expected_name=name
             )
-        )
-    load.definitions[:] = [d for d in load.definitions if id(d) not in refused]
+        except DefinitionError as exc:
+            load.errors.append(LoadFailure(path=where, reason=str(exc.reason), message=exc.message))
+            continue
+        except Exception as exc:  # belt: one hostile entry never breaks the others
+            load.errors.append(
+                LoadFailure(
+                    path=where,
+                    reason=LoadReason.INVALID_DEFINITION,
+                    message=f"the definition could not be loaded ({type(exc).__name__}: {str(exc)[:200]})",
+                )
+            )
+            continue
+        load.definitions.append(defn)
+        load.warnings += _warnings_of(defn)
+    if origin is not None:
+        _hold_back_untrusted(load, origin)
+    return load
+
+
+def _hold_back_untrusted(load: DirectoryLoad, origin: ProjectOrigin) -> None:
+    """Record what the definitions of a project's source ask for that needs trust; while the
+    project is not trusted, hold back each one that asks for any (``._trust``): it is reported
+    (``invalid-definition``, rule ``untrusted-mcp-server``) and blocks its name."""
+    kept: list[Definition] = []
+    for defn in load.definitions:
+        needs = definition_needs(defn, origin)
+        load.asks += needs
+        if not needs or origin.trusted:
+            kept.append(defn)
+            continue
+        held = refusal(defn, needs, len(kept))
+        load.refused.append(held)
+        load.errors.append(held.failure)
+    load.definitions[:] = kept
 
 
 def load_catalog(
@@ -442,10 +440,21 @@ def load_catalog(
     cwd = Path(cwd)
     total = discover(cwd, subagents_dirs, config)
     table: dict[str, Definition] = {}
-    for defn in total.definitions:
-        _add(table, defn)
+    refused: dict[str, LoadFailure] = {}
+    held = sorted(total.refused, key=lambda r: r.at)
+    for i, defn in enumerate([*total.definitions, None]):
+        # A held-back definition takes its name out of the table, until a stronger source
+        # defines the name again: what runs is never a weaker definition in its place.
+        while held and (defn is None or held[0].at <= i):
+            first = held.pop(0)
+            table.pop(first.definition.name, None)
+            refused[first.definition.name] = first.failure
+        if defn is not None:
+            _add(table, defn)
+            refused.pop(defn.name, None)
     return Catalog(
         definitions=table,
+        refused=refused,
         errors=total.errors,
         warnings=total.warnings,
         cwd=cwd,

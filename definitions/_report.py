@@ -24,6 +24,7 @@ from ._catalog import (
 )
 from ._model import Definition, LoadFailure, LoadReason, LoadWarning
 from ._tool_report import EffectiveOf, definition_tools, tool_resolution
+from ._trust import trust_lines, trust_report
 
 __all__ = ["agents_report", "validate_lines", "validate_report"]
 
@@ -93,13 +94,20 @@ def validate_report(
 
     Returns:
         ``{"definitions": [{name, path, dialect}], "errors": [{path, reason, message}],
-        "warnings": [{path, name, message}]}``; definitions are listed once per source that loaded,
-        shadowed ones included, in precedence order. The CLI exits 1 when ``errors`` is non-empty.
+        "warnings": [{path, name, message}], "trust": {project, trusted, asks}}``; definitions
+        are listed once per source that loaded, shadowed ones included, in precedence order;
+        ``trust.asks`` lists what the project's config and definitions ask for that only
+        ``clonefleet trust`` allows (:func:`._trust.trust_report`). The CLI exits 1 when
+        ``errors`` is non-empty or an untrusted project asks for anything.
+
+    Raises:
+        ConfigError: the user's global config, read to compare a project's against, is invalid.
     """
+    cwd = Path(cwd) if cwd is not None else Path.cwd()
     if paths:
         total = _load_paths([*paths, *subagents_dirs], config)
     else:
-        total = discover(Path(cwd) if cwd is not None else Path.cwd(), subagents_dirs, config)
+        total = discover(cwd, subagents_dirs, config)
     rows = []
     for d in total.definitions:
         row: dict[str, Any] = {"name": d.name, "path": d.path, "dialect": str(d.dialect)}
@@ -115,6 +123,7 @@ def validate_report(
             {"path": w.path, "name": w.name, "message": w.message} for w in total.warnings
         ],
     }
+    report["trust"] = trust_report(cwd, config, total.asks)
     if tools and effective_of is not None:
         report["tool_resolution"] = tool_resolution(total.definitions, config, effective_of)
     return report
@@ -173,7 +182,8 @@ def _tool_lines(resolution: Mapping[str, Any]) -> list[str]:
 
 def validate_lines(report: Mapping[str, Any]) -> list[str]:
     """``clonefleet validate`` for people: one ``ok`` line per definition (with its tools and
-    rules when the report has them), then warnings, errors and the ``--tools`` report. Names,
+    rules when the report has them), then warnings, errors, the ``--tools`` report and what
+    trust of the project allows. Names,
     paths and messages come from files anyone may have written, so every line is passed through
     :func:`~clonefleet.config.printable` (docs/cli.md)."""
     lines = []
@@ -186,4 +196,6 @@ def validate_lines(report: Mapping[str, Any]) -> list[str]:
     lines += [f"error    {e['path']}: {e['reason']}: {e['message']}" for e in report["errors"]]
     if "tool_resolution" in report:
         lines += _tool_lines(report["tool_resolution"])
+    if "trust" in report:
+        lines += trust_lines(report["trust"])
     return [printable(line) for line in lines]
