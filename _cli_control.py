@@ -370,7 +370,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
-    from .cluster import cluster_down, cluster_up, read_state
+    from .cluster import cluster_down, cluster_up, dead_daemon_state, read_state
 
     if args.cluster_command == "up":
         print(
@@ -388,18 +388,35 @@ def cmd_cluster(args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.cluster_command == "down":
         ending: list[int | None] = []
+        died = dead_daemon_state()
         stopped = cluster_down(
             announce=lambda n: _say_ending(_unfinished_jobs(n), ending, args.json)
         )
+        human = "cluster stopped" if stopped else "no cluster was running"
+        if stopped and died is not None:
+            human = (
+                f"cluster ended: its daemon (pid {died['pid']}) had died; what it left was killed"
+            )
         _print(
-            {"stopped": stopped, "running_jobs_ended": ending[0] if ending else None},
+            {
+                "stopped": stopped,
+                "running_jobs_ended": ending[0] if ending else None,
+                "daemon_had_died": died is not None,
+            },
             args.json,
-            "cluster stopped" if stopped else "no cluster was running",
+            human,
         )
         return EXIT_OK
     found = read_state()
     if found is None:
-        _print({"running": False}, args.json, "no clonefleet cluster is running")
+        died = dead_daemon_state()
+        human = (
+            f"the clonefleet cluster's daemon (pid {died['pid']}) died; "
+            "`clonefleet cluster down` ends what is left of it"
+            if died is not None
+            else "no clonefleet cluster is running"
+        )
+        _print({"running": False, "daemon_died": died is not None}, args.json, human)
         return EXIT_FAILED
     _print(
         {"running": True, **found},

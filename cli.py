@@ -20,6 +20,7 @@ from typing import Any
 from ._cli_bench import add_bench_parser, cmd_bench
 from ._cli_control import CONTROL_HANDLERS, add_control_parsers, make_console
 from ._cli_dashboard import add_dashboard_parser, cmd_dashboard
+from ._cli_signals import as_interrupted, stop_signals_raise
 from .config import printable
 from .errors import ClonefleetError, ConfigError, DefinitionError, UsageError
 from .trust import add_trust_parser, cmd_trust
@@ -238,8 +239,19 @@ FOLLOW_MARGIN_S = 30.0
 scheduler folding a big batch's events answers late, not never (docs/scaling.md)."""
 
 
+OWN_SIGNAL_HANDLING = ("provider", "dashboard")
+"""Commands that serve until stopped and take SIGINT and SIGTERM as a clean stop (status 0)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command in OWN_SIGNAL_HANDLING:
+        return _main(args)
+    with stop_signals_raise():
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     handler = {
         "run": cmd_run,
         "validate": cmd_validate,
@@ -258,9 +270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ClonefleetError as exc:
         print(f"clonefleet: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:
-        print("clonefleet: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        stop = as_interrupted(exc)
+        print(f"clonefleet: interrupted ({stop.name})", file=sys.stderr)
+        return stop.exit_status
 
 
 def entry() -> None:
@@ -295,8 +308,7 @@ def _nothing_left_to_finish() -> bool:
 
 # -- run ---------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
-    from ._fleet import Fleet
-    from .cluster import resolve_address
+    from .cluster import resolve_address, stop_current_session
     from .config import load_config
     from .trust import config_line
 
@@ -312,29 +324,73 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     sink = _record_file(args)  # before Ray starts: a bad --out is a usage error
     started = time.monotonic()
+    run = _Run()
     try:
-        fleet = Fleet(address, config=config)
-        fleet.wait_margin_s = FOLLOW_MARGIN_S  # the reads that follow the run (see above)
         try:
-            batch = fleet.submit(plan)
-            if args.detach:
-                out = {"batch_id": batch.batch_id, "job_ids": list(batch.job_ids)}
-                print(
-                    json.dumps(out)
-                    if args.json
-                    else f"batch {batch.batch_id}: " + " ".join(batch.job_ids)
-                )
-                return EXIT_OK
-            try:
-                tally = _watch(fleet, batch, args, sink)
-            except KeyboardInterrupt:
-                _say_interrupted(fleet, batch.batch_id)
-                return 130
+            return _run_batch(args, config, plan, address, sink, started, run)
         finally:
-            fleet.close()
-    finally:
-        if sink is not None:
-            sink.close()
+            if run.fleet is not None:
+                run.fleet.close()
+            if sink is not None:
+                sink.close()
+    except KeyboardInterrupt as exc:
+        # Interrupted while the Fleet was being made (Ray starting), or while it was closing.
+        stop_current_session()
+        stop = as_interrupted(exc)
+        print(f"clonefleet: interrupted ({stop.name}); {run.what_became()}", file=sys.stderr)
+        return stop.exit_status
+
+
+class _Run:
+    """How far a ``run`` got: what an interruption leaves behind depends on it."""
+
+    def __init__(self) -> None:
+        self.fleet: Any = None
+        self.batch_id: str | None = None
+        self.ended = False
+        """Whether every job had ended (the summary was being printed)."""
+
+    def what_became(self) -> str:
+        """What became of the batch, for the line that says the run was interrupted."""
+        embedded = self.fleet is None or self.fleet.embedded
+        if self.batch_id is None:
+            if embedded:
+                return "no batch was submitted, and the embedded cluster stopped"
+            return "no batch id came back (`clonefleet jobs list` shows whether one started)"
+        if self.ended:
+            return f"batch {self.batch_id} had ended"
+        if embedded:
+            return f"batch {self.batch_id} cancelled: the embedded cluster stopped, and its jobs"
+        return (
+            f"batch {self.batch_id} keeps running on the cluster "
+            f"(`clonefleet jobs cancel {self.batch_id}` stops it)"
+        )
+
+
+def _run_batch(
+    args: argparse.Namespace,
+    config: Any,
+    plan: Any,
+    address: str | None,
+    sink: Any,
+    started: float,
+    run: _Run,
+) -> int:
+    """Connect, submit, follow and summarise; ``run`` records how far it got."""
+    from ._fleet import Fleet
+
+    fleet = run.fleet = Fleet(address, config=config)
+    fleet.wait_margin_s = FOLLOW_MARGIN_S  # the reads that follow the run (see above)
+    batch = fleet.submit(plan)
+    run.batch_id = batch.batch_id
+    if args.detach:
+        out = {"batch_id": batch.batch_id, "job_ids": list(batch.job_ids)}
+        print(
+            json.dumps(out) if args.json else f"batch {batch.batch_id}: " + " ".join(batch.job_ids)
+        )
+        return EXIT_OK
+    tally = _watch(fleet, batch, args, sink)
+    run.ended = True
     records = tally.ordered_records()
     if not args.json:
         _summary(args, config, fleet, tally, time.monotonic() - started)
@@ -363,20 +419,6 @@ def _plan(args: argparse.Namespace, config: Any) -> Any:
         budget_tokens=args.budget_tokens,
         budget_usd=args.budget_usd,
     )
-
-
-def _say_interrupted(fleet: Any, batch_id: str) -> None:
-    if fleet.embedded:
-        print(
-            "clonefleet: interrupted; the embedded cluster stops, and its jobs with it",
-            file=sys.stderr,
-        )
-    else:
-        print(
-            f"clonefleet: interrupted; batch {batch_id} keeps running on the cluster "
-            f"(`clonefleet jobs cancel {batch_id}` stops it)",
-            file=sys.stderr,
-        )
 
 
 def _record_file(args: argparse.Namespace) -> Any:

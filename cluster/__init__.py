@@ -18,8 +18,10 @@ from ._connect import ClusterConfig as ClusterConfig
 from ._connect import ClusterSession as ClusterSession
 from ._connect import loopback_environment as loopback_environment
 from ._connect import named_actor_exists as named_actor_exists
+from ._connect import stop_current_session as stop_current_session
 from ._local import cluster_down as cluster_down
 from ._local import cluster_up as cluster_up
+from ._local import dead_daemon_state as dead_daemon_state
 from ._local import read_state as read_state
 from ._local import resolve_address as resolve_address
 from ._local import state_dir as state_dir
@@ -41,6 +43,7 @@ __all__ = [
     "cluster_down",
     "cluster_up",
     "connect_client",
+    "dead_daemon_state",
     "loopback_environment",
     "named_actor_exists",
     "positive_seconds",
@@ -50,5 +53,6 @@ __all__ = [
     "resolve_address",
     "state_dir",
     "state_path",
+    "stop_current_session",
     "tune_collector",
 ]

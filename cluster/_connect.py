@@ -21,23 +21,41 @@ Token authentication (Ray's ``RAY_AUTH_MODE=token``):
 The session sets these ``RAY_AUTH_*`` variables only while it is connected and puts the caller's
 values back when it stops. A caller's explicit ``RAY_AUTH_MODE`` other than ``token`` (for
 example ``disabled``) is respected for an embedded instance.
+
+Signals: Ray's core worker would install C++ handlers in this process that print a stack dump
+on SIGTERM (and sometimes crash on the way out), and ``ray.init`` replaces the SIGTERM handler
+with its own ``sys.exit``; neither happens here, so a caller's Python handler keeps SIGTERM.
+An embedded instance leaves no process behind: whatever of it outlives ``ray.shutdown`` (or a
+start that failed or was interrupted) is killed, and a watchdog (``_reap.py``) does the same
+if this process dies without stopping it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
-from collections.abc import Mapping
+import signal
+import threading
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from ..errors import ClusterError
 from ._lean import lean_local_start
 from ._local import local_token_path, private_ray_temp_dir, prune_ray_sessions, resolve_address
+from ._reap import Watchdog, end_instance, reap_orphans, start_watchdog
 
-__all__ = ["ClusterConfig", "ClusterSession", "loopback_environment", "named_actor_exists"]
+__all__ = [
+    "ClusterConfig",
+    "ClusterSession",
+    "loopback_environment",
+    "named_actor_exists",
+    "stop_current_session",
+]
 
 NAMESPACE = "clonefleet"
 SCHEDULER_NAME = "scheduler"
@@ -67,6 +85,36 @@ def _keep_loopback_if_imported_early(address: str | None) -> None:
         from ray._private import ray_constants
 
         ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def _no_signal_dumps() -> None:
+    """Keep Ray's C++ failure-signal handlers out of this process: on SIGTERM they printed a
+    ``*** SIGTERM received`` stack dump and the process sometimes crashed on its way out
+    (``free(): invalid pointer``). Read when the core worker starts, so set after Ray loads;
+    ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER=0`` in the environment keeps them."""
+    if os.environ.get("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1") != "0":
+        from ray._private import ray_constants
+
+        ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+
+
+@contextlib.contextmanager
+def _callers_sigterm_kept() -> Iterator[None]:
+    """Inside this block ``ray.init`` does not replace a Python SIGTERM handler the caller
+    installed (its own raises ``SystemExit`` wherever the main thread happens to be)."""
+    from ray._private import utils
+
+    mine = signal.getsignal(signal.SIGTERM)
+    if not callable(mine) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = utils.set_sigterm_handler
+    utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        utils.set_sigterm_handler = saved
+        signal.signal(signal.SIGTERM, mine)
 
 
 def _auth_environment(address: str | None) -> dict[str, str | None]:
@@ -162,6 +210,17 @@ def named_actor_exists(name: str, namespace: str = NAMESPACE) -> bool:
     return True
 
 
+_current: list[ClusterSession] = []
+"""The session this process holds (at most one: one process uses one cluster)."""
+
+
+def stop_current_session() -> None:
+    """Stop the session this process holds, if any (for a command interrupted before it had
+    the object that owns the session, or while that object was closing it)."""
+    for session in _current[:]:
+        session.stop()
+
+
 class ClusterSession:
     """Context manager owning one connection to Ray.
 
@@ -176,6 +235,8 @@ class ClusterSession:
         self.embedded = False
         self._owns = False
         self._restore_env: dict[str, str | None] = {}
+        self._watchdog: Watchdog | None = None
+        self._temp_dir: Path | None = None
 
     @property
     def address(self) -> str | None:
@@ -196,6 +257,7 @@ class ClusterSession:
             _check_same_cluster(address)
             return self
         _keep_loopback_if_imported_early(address)
+        _no_signal_dumps()
         auth = _auth_environment(address)
         self._restore_env = _set_auth_environment(auth)
         kwargs: dict[str, Any] = {
@@ -207,23 +269,13 @@ class ClusterSession:
         if self.cfg.runtime_env:
             kwargs["runtime_env"] = self.cfg.runtime_env
         try:
-            if address:
-                ray.init(address=address, **kwargs)
-            else:
-                temp_dir = private_ray_temp_dir()
-                prune_ray_sessions(temp_dir)
-                with lean_local_start(logs_to_driver=self.cfg.log_to_driver) as lean:
-                    ray.init(
-                        address="local",
-                        num_cpus=self.cfg.num_cpus,
-                        include_dashboard=False,
-                        _node_ip_address="127.0.0.1",
-                        _temp_dir=str(temp_dir),
-                        **kwargs,
-                        **lean,
-                    )
-                self.embedded = True
+            with _callers_sigterm_kept():
+                if address:
+                    ray.init(address=address, **kwargs)
+                else:
+                    self._start_embedded(kwargs)
         except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
+            self._end_embedded()
             self._put_back_environment()
             where = address or "an embedded local instance"
             hint = (
@@ -233,11 +285,48 @@ class ClusterSession:
                 else ""
             )
             raise ClusterError(f"cannot start or reach Ray at {where}: {exc}{hint}") from None
-        except BaseException:
+        except BaseException:  # interrupted (a signal) while Ray was starting, for one
+            self._end_embedded()
             self._put_back_environment()
             raise
         self._owns = True
+        _current.append(self)
         return self
+
+    def _start_embedded(self, kwargs: dict[str, Any]) -> None:
+        import ray
+
+        self._temp_dir = temp_dir = private_ray_temp_dir()
+        prune_ray_sessions(temp_dir)
+        # Leftovers of earlier runs killed together with their watchdog: found in the
+        # background, so the start does not wait for the search (tens of milliseconds).
+        threading.Thread(target=reap_orphans, args=(temp_dir,), daemon=True).start()
+        self._watchdog = start_watchdog(temp_dir)
+        with lean_local_start(logs_to_driver=self.cfg.log_to_driver) as lean:
+            ray.init(
+                address="local",
+                num_cpus=self.cfg.num_cpus,
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                _temp_dir=str(temp_dir),
+                **kwargs,
+                **lean,
+            )
+        self.embedded = True
+
+    def _end_embedded(self) -> None:
+        """Stop the embedded instance this session started (or began to start) and kill
+        whatever of it is left; nothing when it started none. The watchdog is let go last, so
+        a stop cut short is done again in full."""
+        if self._watchdog is None or self._temp_dir is None:
+            return
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        end_instance(self._temp_dir, os.getpid())
+        self._watchdog.close()
+        self._watchdog = None
 
     def _put_back_environment(self) -> None:
         restore, self._restore_env = self._restore_env, {}
@@ -250,8 +339,11 @@ class ClusterSession:
         import ray
 
         ray.shutdown()
+        self._end_embedded()
         self._owns = False
         self._put_back_environment()
+        with contextlib.suppress(ValueError):
+            _current.remove(self)
 
     def __enter__(self) -> ClusterSession:
         return self.start()

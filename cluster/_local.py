@@ -36,6 +36,7 @@ from ..errors import ClusterError, UsageError
 __all__ = [
     "cluster_down",
     "cluster_up",
+    "dead_daemon_state",
     "end_session",
     "local_token_path",
     "private_ray_temp_dir",
@@ -103,21 +104,35 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def read_state() -> dict[str, Any] | None:
-    """The recorded cluster, or ``None`` when none is running (a stale record is removed)."""
-    path = state_path()
+def _recorded() -> dict[str, Any] | None:
     try:
-        state = json.loads(path.read_text())
+        state = json.loads(state_path().read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(state, dict):
-        return None
-    if not _alive(int(state.get("pid", 0))):
-        path.unlink(missing_ok=True)
-        if state.get("auth_token_path"):
-            Path(str(state["auth_token_path"])).unlink(missing_ok=True)
-        return None
-    return state
+    return state if isinstance(state, dict) else None
+
+
+def _daemon_pid(state: dict[str, Any]) -> int:
+    try:
+        return int(state.get("pid", 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def read_state() -> dict[str, Any] | None:
+    """The recorded cluster, or ``None`` when none is running.
+
+    The record of a daemon that died (killed, say) stays until ``cluster down`` (or the next
+    ``cluster up``) has ended what is left of its session: :func:`dead_daemon_state` reads it.
+    """
+    state = _recorded()
+    return state if state is not None and _alive(_daemon_pid(state)) else None
+
+
+def dead_daemon_state() -> dict[str, Any] | None:
+    """The record of a cluster whose daemon is no longer running, or ``None``."""
+    state = _recorded()
+    return state if state is not None and not _alive(_daemon_pid(state)) else None
 
 
 MAX_RAY_FOLDER_CHARS = 38
@@ -217,15 +232,25 @@ def resolve_address(address: str | None) -> str | None:
         return address
     state = read_state()
     if not state or not state.get("ready"):
-        now = "is still starting" if state else "is running"
-        raise ClusterError(
-            f"no clonefleet cluster {now}, and `--address auto` means only the cluster "
-            "`clonefleet cluster up` starts: run `clonefleet cluster up` first (or pass the "
-            "address of another cluster)"
-        )
+        raise _no_cluster_error(state)
     address = str(state["address"])
     _check_gcs_answers(address)
     return address
+
+
+def _no_cluster_error(state: dict[str, Any] | None) -> ClusterError:
+    if state is None and (dead := dead_daemon_state()) is not None:
+        return ClusterError(
+            f"the clonefleet cluster's daemon (pid {_daemon_pid(dead)}) is no longer running: "
+            "`clonefleet cluster down` ends what is left of it, then `clonefleet cluster up` "
+            "starts a fresh one"
+        )
+    now = "is still starting" if state else "is running"
+    return ClusterError(
+        f"no clonefleet cluster {now}, and `--address auto` means only the cluster "
+        "`clonefleet cluster up` starts: run `clonefleet cluster up` first (or pass the "
+        "address of another cluster)"
+    )
 
 
 GCS_PROBE_TIMEOUT_S = 1.0
@@ -268,6 +293,8 @@ def cluster_up(
     """
     if nodes < 1:
         raise UsageError("--nodes must be at least 1")
+    if dead_daemon_state() is not None:
+        cluster_down()  # what a killed daemon left (its agents hold ports), record and token
     existing = read_state()
     if existing:
         raise UsageError(
@@ -339,22 +366,24 @@ DOWN_TIMEOUT_S = 3.0
 def cluster_down(
     timeout_s: float = DOWN_TIMEOUT_S, *, announce: Callable[[int | None], None] | None = None
 ) -> bool:
-    """Stop the recorded cluster within a few seconds; ``False`` when none was running.
+    """Stop the recorded cluster within a few seconds; ``False`` when none was recorded.
 
     The daemon gets ``timeout_s`` to stop its nodes (it ends their processes itself, without
     Ray's graceful waits); then every process still in its session (nodes, the scheduler, clone
-    hosts) is killed.
+    hosts) is killed. A daemon that died (killed) left its session behind (Ray's agents live on
+    for a minute or more): it is ended the same way, and the record and token go.
 
     Args:
         timeout_s: how long the daemon gets before its processes are killed.
         announce: called, before anything stops, with how many jobs are running and end with
             the cluster (``None`` when that is not known).
     """
-    state = read_state()
+    state = _recorded()
     if state is None:
         return False
-    pid = int(state["pid"])
-    ours = _is_daemon(pid)  # else the daemon is gone and its pid belongs to another program
+    pid = _daemon_pid(state)
+    # Else the daemon is gone and its pid belongs to another program.
+    ours = pid > 0 and _is_daemon(pid)
     if ours:
         if announce is not None:
             announce(_running_jobs_hint(state))

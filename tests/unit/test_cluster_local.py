@@ -71,10 +71,14 @@ def test_auto_is_the_recorded_cluster(gcs):
     assert _local.resolve_address("auto") == gcs
 
 
-def test_auto_with_a_dead_daemons_record_fails_and_the_record_goes(state):
+def test_auto_with_a_dead_daemons_record_fails_naming_cluster_down_and_keeps_the_record(state):
     _record("127.0.0.1:6390", pid=2**22 + 1)  # no such process
-    with pytest.raises(ClusterError, match="`clonefleet cluster up`"):
+    with pytest.raises(ClusterError, match=r"no longer running: `clonefleet cluster down`"):
         _local.resolve_address("auto")
+    # Kept for `cluster down`, which ends what the daemon left (its session's pid is in it).
+    assert (state / "cluster.json").exists() and (state / "auth_token").exists()
+    assert _local.read_state() is None and _local.dead_daemon_state() is not None
+    assert _local.cluster_down() is True
     assert not (state / "cluster.json").exists() and not (state / "auth_token").exists()
 
 
@@ -154,6 +158,26 @@ def test_cluster_down_ends_every_process_of_the_daemons_session_quickly(tmp_path
     assert announced == [None]  # not known without asking the scheduler
     assert not (state / "cluster.json").exists() and not (state / "auth_token").exists()
     assert _local.cluster_down() is False
+
+
+@needs_proc
+def test_cluster_down_after_the_daemon_was_killed_ends_what_its_session_left(tmp_path, state):
+    proc, kids = _start_fake_daemon(tmp_path, "stuck")
+    _record("127.0.0.1:6390", pid=proc.pid)
+    try:
+        proc.kill()
+        proc.wait(timeout=10)
+        # Its children (Ray's agents, in a real cluster) live on in the daemon's session.
+        assert sorted(_local.session_pids(proc.pid)) == sorted(kids)
+        assert _local.read_state() is None
+        assert _local.dead_daemon_state() == json.loads((state / "cluster.json").read_text())
+        started = time.monotonic()
+        assert _local.cluster_down(timeout_s=1.0) is True
+        assert time.monotonic() - started < 3.0
+    finally:
+        _local.end_session(proc.pid, grace_s=0.0)
+    assert _local.session_pids(proc.pid) == [] and not any(_local._alive(k) for k in kids)
+    assert not (state / "cluster.json").exists() and not (state / "auth_token").exists()
 
 
 @needs_proc
