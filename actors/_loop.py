@@ -181,7 +181,10 @@ class Clone:
                 on_todos=lambda todos: self._emit(EventType.TODO, todos=todos)
             )
             self._context = ToolContext(
-                root=Path(self.spec.cwd), web=self._web, services=self._services
+                root=Path(self.spec.cwd),
+                web=self._web,
+                policy=self.spec.policy,
+                services=self._services,
             )
         return self._context
 

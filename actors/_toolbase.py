@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ToolRetry
+from ..permissions import ALLOW_ALL, Policy
 from ..providers import ToolSpec
 from ._bounded import Budget, run_bounded
 
@@ -53,6 +54,9 @@ class ToolContext:
     web: WebAccess | None = None
     """The clone host's way to the web (config ``web`` and one shared HTTP client); ``None``:
     ``web_fetch`` and ``web_search`` answer that they are not configured."""
+    policy: Policy = ALLOW_ALL
+    """The clone's permission policy. The loop checks each call against it before the tool runs;
+    ``web_fetch`` also checks every URL it is redirected to and every address it connects to."""
     services: CloneServices | None = None
     """The clone's own state behind the stateful tools (its todo list, its background shells);
     ``None`` outside a clone, where those tools answer an error."""

@@ -6,6 +6,7 @@ first, so a denial names the deny rule when there is one.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import posixpath
 from collections.abc import Mapping
@@ -169,6 +170,18 @@ class Policy:
         if denial is not None:
             raise ToolRetry(denial.message)
 
+    def address_denial(self, tool: str, address: str) -> Denial | None:
+        """Why ``tool`` may not connect to ``address``, an IP address a host name resolved to:
+        a deny rule that names that address (``WebFetch(domain:10.0.0.5)`` denies every name
+        resolving to it as well as the URL ``http://10.0.0.5/``); ``None`` when none does."""
+        call = Call(tool, (address,))
+        for layer in self.layers:
+            for rule in layer.rules.deny:
+                if rule.form is Form.DOMAIN and _is_address(rule.value) and rule.applies_to(tool):
+                    if denies(rule, call, layer.root):
+                        return _denied_by(layer, rule)
+        return None
+
     def tool_denial(self, tool: str) -> Denial | None:
         """Why ``tool`` is denied whatever its arguments (a bare deny rule, or a ``default:
         deny`` layer none of whose allow rules names it); ``None`` when some call may run."""
@@ -197,6 +210,14 @@ class Policy:
             }
             for layer in self.layers
         ]
+
+
+def _is_address(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _within(parts: tuple[str, ...], folder: str, real: bool) -> bool:
