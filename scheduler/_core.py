@@ -25,7 +25,7 @@ from ..errors import ClusterError, IdCollision, UsageError
 from ..vocab import EventType, JobState, Outcome, StopReason, stop_error
 from ._durable import Durable
 from ._events import EventLog, Pulse
-from ._hosts import HostFactory, HostLike, HostPool, choose_clones_per_actor, node_of
+from ._hosts import HostFactory, HostLike, HostPool, Move, choose_clones_per_actor, node_of
 from ._listing import JobOrder
 from ._mail import Mailroom
 from ._nested import spawn_nested
@@ -66,7 +66,7 @@ class SchedulerCore(JobStops):
         """Damaged spots the journal had when this scheduler started (each a sentence)."""
         self.jobs: dict[str, JobRecord] = {}
         self.hosts = HostPool(
-            host_factory, self, apply=self._apply, lost=self._host_lost, spawn=self._spawn_task
+            host_factory, self, apply=self._apply, lost=self._host_died, spawn=self._spawn_task
         )
         self._reserved_ids: dict[str, str] = {}
         """Job ids handed out by :meth:`reserve_ids` but not yet submitted, to their batch id."""
@@ -271,7 +271,8 @@ class SchedulerCore(JobStops):
     async def _start_on(
         self, host: HostLike, specs: list[CloneSpec], meta: BatchSubmission, tries: int = 3
     ) -> None:
-        """Start clones on a host; a host that is gone is replaced (``tries`` hosts in all).
+        """Start clones on a host; a host that is gone is replaced (``tries`` new hosts in all;
+        moving to a busy live host costs no try).
 
         Only jobs the host accepted count as started there: should it die, those are restarted
         from their checkpoints (:meth:`_host_lost`), and jobs it never accepted simply move on.
@@ -287,26 +288,77 @@ class SchedulerCore(JobStops):
             node = await node_of(host)
             await host.start(specs, meta.config, meta.sim_script, resume or None)
         except ClusterError as exc:
-            self.hosts.mark_dead(host)
-            ids = [s.job_id for s in specs if not self.jobs[s.job_id].is_terminal]
-            if tries > 1 and ids:
-                # E.g. a warm host that died while idle: its new clones go to a fresh host.
-                fresh = self.hosts.rebind(host, ids)
-                for job_id in ids:
-                    self.jobs[job_id].host_id = fresh.host_id
-                await self._start_on(fresh, specs, meta, tries - 1)
-                return
-            # Hosts keep dying under these jobs: each counts a restart, up to its limit.
-            self._host_lost(host, ids, f"clone host {host.host_id} unavailable: {exc}")
+            self._start_failed(host, specs, meta, tries, exc)
             return
-        self.hosts.started(host, [s.job_id for s in specs])
+        ids = [s.job_id for s in specs]
+        self.hosts.started(host, ids)
+        if self.hosts.is_dead(host):  # its drain loop found it dead while it answered us
+            self._host_lost(host, ids, f"clone host {host.host_id} died as its clones started")
+            return
         for spec in specs:
             self.jobs[spec.job_id].node = node
-        self.mail.started(host, [s.job_id for s in specs], resume)
+        self.mail.started(host, ids, resume)
+
+    def _start_failed(
+        self,
+        host: HostLike,
+        specs: list[CloneSpec],
+        meta: BatchSubmission,
+        tries: int,
+        exc: ClusterError,
+    ) -> None:
+        """A host could not start clones: it is gone, and everything bound to it moves now."""
+        self.hosts.mark_dead(host)
+        self._move_waiting(host)
+        ids = [s.job_id for s in specs if not self.jobs[s.job_id].is_terminal]
+        if tries > 1 and ids:
+            # E.g. a warm host that died while idle: its new clones go to another host.
+            by_id = {s.job_id: s for s in specs}
+            for move in self._move(host, meta.batch_id, ids):
+                again = [by_id[j] for j in move.job_ids]
+                self._spawn_task(self._start_on(move.host, again, meta, tries - int(move.new)))
+            return
+        if ids:
+            # Hosts keep dying under these jobs: each counts a restart, up to its limit.
+            self._host_lost(host, ids, f"clone host {host.host_id} unavailable: {exc}")
+
+    def _move(self, dead: HostLike, batch_id: str, ids: list[str]) -> list[Move]:
+        """Bind unfinished jobs of one batch off a dead host (:meth:`HostPool.move`), in one
+        step; new hosts, if any are needed, take as many jobs as the batch's first hosts did."""
+        per = self._batch_meta[batch_id].clones_per_actor
+        moves = self.hosts.move(
+            dead, ids, per or choose_clones_per_actor(len(ids), self.cpus, self.nodes)
+        )
+        for move in moves:
+            for job_id in move.job_ids:
+                self.jobs[job_id].host_id = move.host.host_id
+        return moves
+
+    def _move_waiting(self, dead: HostLike) -> None:
+        """Move the queued jobs bound to a dead host, all at once, to live hosts: each would
+        otherwise find the host dead only when it got a slot, and move alone."""
+        by_batch: dict[str, list[str]] = {}
+        for job_id in self.hosts.bound_to(dead):
+            if self._is_waiting(job_id):
+                by_batch.setdefault(self.jobs[job_id].batch_id, []).append(job_id)
+        for batch_id, ids in by_batch.items():
+            self._move(dead, batch_id, ids)
+
+    def _is_waiting(self, job_id: str) -> bool:
+        rec = self.jobs.get(job_id)
+        return rec is not None and rec.state is JobState.RESERVED and job_id in self._specs
+
+    def _host_died(self, host: HostLike, started: list[str], detail: str) -> None:
+        """A host's drain loop found it dead: its queued jobs move to live hosts, its started
+        ones start again from their checkpoints (:meth:`_host_lost`)."""
+        self._move_waiting(host)
+        if started:
+            self._host_lost(host, started, detail)
 
     def _host_lost(self, host: HostLike, job_ids: list[str], detail: str) -> None:
-        """A host died with clones it had started: each starts again on a fresh host from its
-        last checkpoint, until it was restarted ``limits.max_restarts`` times; then it fails."""
+        """A host died with clones it had started: each starts again on a live host (or a fresh
+        one) from its last checkpoint, until it was restarted ``limits.max_restarts`` times;
+        then it fails."""
         by_batch: dict[str, list[str]] = {}
         for job_id in job_ids:
             rec = self.jobs[job_id]
@@ -322,22 +374,20 @@ class SchedulerCore(JobStops):
             else:
                 by_batch.setdefault(rec.batch_id, []).append(job_id)
         for batch_id, ids in by_batch.items():
-            fresh = self.hosts.rebind(host, ids)
-            for job_id in ids:
-                rec = self.jobs[job_id]
-                rec.restarts += 1
-                rec.host_id, rec.node = fresh.host_id, None
-                self.durable.restarted(rec)
-                turn = int((state_of(self._checkpoints.get(job_id)) or {}).get("turns", 0) or 0)
-                event = {
-                    "type": str(EventType.RESTARTED),
-                    "ts": time.time(),
-                    "attempt": rec.restarts,
-                }
-                event.update(from_host=host.host_id, resumed_turn=turn, detail=detail[:500])
-                self._log.record(job_id, event)
-            specs = [self._specs[j] for j in ids]
-            self._spawn_task(self._start_on(fresh, specs, self._batch_meta[batch_id]))
+            for move in self._move(host, batch_id, ids):
+                for job_id in move.job_ids:
+                    self._restarted(self.jobs[job_id], host, detail)
+                specs = [self._specs[j] for j in move.job_ids]
+                self._spawn_task(self._start_on(move.host, specs, self._batch_meta[batch_id]))
+
+    def _restarted(self, rec: JobRecord, dead: HostLike, detail: str) -> None:
+        rec.restarts += 1
+        rec.node = None
+        self.durable.restarted(rec)
+        turn = int((state_of(self._checkpoints.get(rec.job_id)) or {}).get("turns", 0) or 0)
+        event = {"type": str(EventType.RESTARTED), "ts": time.time(), "attempt": rec.restarts}
+        event.update(from_host=dead.host_id, resumed_turn=turn, detail=detail[:500])
+        self._log.record(rec.job_id, event)
 
     def _release(self, rec: JobRecord, was_running: bool) -> None:
         if was_running:

@@ -8,9 +8,11 @@ until they have all ended, and then the host idles (kept warm for the next batch
 from __future__ import annotations
 
 import asyncio
+import heapq
 import math
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from ..actors import CloneSpec
@@ -19,7 +21,7 @@ from ..control import JobControl
 from ..errors import ClusterError
 from ..providers import SimScript
 
-__all__ = ["HostFactory", "HostLike", "HostPool", "choose_clones_per_actor", "node_of"]
+__all__ = ["HostFactory", "HostLike", "HostPool", "Move", "choose_clones_per_actor", "node_of"]
 
 
 class HostLike(Protocol):
@@ -83,6 +85,18 @@ DRAIN_CALLS_PER_S = 2000
 20 ms by itself, so past about 40 hosts their drains are spaced out, each carrying more events
 (1,000 hosts: one drain each per 0.5 s; docs/scaling.md)."""
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Move:
+    """Jobs moved off a dead host by :meth:`HostPool.move`."""
+
+    host: HostLike
+    """Where they went."""
+    job_ids: list[str]
+    new: bool
+    """Whether ``host`` is a host that ran nothing yet (warm idle or just made), not a busy one."""
+
+
 HostFactory = Callable[[str, JobControl], HostLike]
 """Makes a host for ``(host_id, control)``; ``control`` is the in-process job control (the core
 itself; an actor-backed host reaches the scheduler actor by name instead)."""
@@ -102,8 +116,9 @@ class HostPool:
         factory: makes a host for ``(host_id, control)``.
         control: the job control handed to new hosts.
         apply: called with ``(job_id, event)`` for every event a host yields.
-        lost: called with ``(host, job_ids, detail)`` when a host died with jobs it had started
-            (jobs bound to it but never started there are left to the caller that starts them).
+        lost: called with ``(host, job_ids, detail)`` when a host's drain loop finds it dead;
+            ``job_ids`` are the jobs it had started (the caller also moves the jobs bound to it
+            that never started there, :meth:`move`).
         spawn: runs a coroutine as a background task of the scheduler.
     """
 
@@ -126,7 +141,8 @@ class HostPool:
         self._host_jobs: dict[str, set[str]] = {}
         self._open: dict[str, int] = {}
         """Unfinished jobs per host: its drain loop runs while this is above zero."""
-        self._draining: set[str] = set()
+        self._draining: dict[str, HostLike] = {}
+        """Hosts whose drain loops run, by id."""
         self._dead: set[str] = set()
         self._started: dict[str, set[str]] = {}
         """Jobs whose start call a host answered: only these die with it."""
@@ -186,21 +202,49 @@ class HostPool:
         for job_id in job_ids:
             self._job_host[job_id] = host
         if host.host_id not in self._draining:
-            self._draining.add(host.host_id)
+            self._draining[host.host_id] = host
             self._spawn(self._drain_loop(host))
 
-    def rebind(self, dead: HostLike, job_ids: Sequence[str]) -> HostLike:
-        """Move unfinished jobs off a host that is gone to a fresh host, which is returned."""
+    def bound_to(self, host: HostLike) -> list[str]:
+        """The jobs bound to a host (ended ones included)."""
+        return list(self._host_jobs.get(host.host_id, ()))
+
+    def live(self) -> list[HostLike]:
+        """Busy hosts not known to be dead (their drain loops run), in the order they began."""
+        return [h for h in self._draining.values() if h.host_id not in self._dead]
+
+    def move(self, dead: HostLike, job_ids: Sequence[str], per_new: int) -> list[Move]:
+        """Move unfinished jobs off a host that is gone, all in one step: to the live busy hosts
+        (each job to the one with the fewest unfinished jobs) or, when none is left, to idle
+        warm hosts and new ones, ``per_new`` jobs each. Returns where each went."""
         self._dead.add(dead.host_id)
         self._host_jobs[dead.host_id].difference_update(job_ids)
         self._open[dead.host_id] -= len(job_ids)
-        fresh = self.new_host()
-        self.bind(fresh, job_ids)
-        return fresh
+        targets = self.live()
+        if not targets:
+            step = max(per_new, 1)
+            groups = [list(job_ids[i : i + step]) for i in range(0, len(job_ids), step)]
+            moves = [Move(host=self.acquire(), job_ids=g, new=True) for g in groups]
+        else:
+            load = [(self._open.get(h.host_id, 0), n) for n, h in enumerate(targets)]
+            heapq.heapify(load)
+            picked: dict[int, list[str]] = {}
+            for job_id in job_ids:
+                count, n = heapq.heappop(load)
+                picked.setdefault(n, []).append(job_id)
+                heapq.heappush(load, (count + 1, n))
+            moves = [Move(host=targets[n], job_ids=ids, new=False) for n, ids in picked.items()]
+        for m in moves:
+            self.bind(m.host, m.job_ids)
+        return moves
 
     def mark_dead(self, host: HostLike) -> None:
         """Never keep this host warm again."""
         self._dead.add(host.host_id)
+
+    def is_dead(self, host: HostLike) -> bool:
+        """Whether the host is known to be gone (never to be used again)."""
+        return host.host_id in self._dead
 
     def ended(self, job_id: str) -> None:
         """A job bound to a host has reached its terminal state."""
@@ -241,16 +285,16 @@ class HostPool:
                     batch = await host.drain(1.0)
                 except ClusterError as exc:
                     healthy = False
+                    self._dead.add(host.host_id)
                     started = self._started.get(host.host_id, set())
                     lost = [j for j in jobs if j in started]
-                    if lost:
-                        self._lost(host, lost, f"clone host {host.host_id} died: {exc}")
+                    self._lost(host, lost, f"clone host {host.host_id} died: {exc}")
                     return
                 await self._fold(batch)
                 if batch:
                     await self._pace(began)
         finally:
-            self._draining.discard(host.host_id)
+            self._draining.pop(host.host_id, None)
             if healthy:
                 jobs.clear()
                 self._open[host.host_id] = 0

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..actors import state_of
 from ..errors import ClonefleetError, ClusterError, UnknownJobError, UsageError
 from ..vocab import EventType
 
@@ -172,7 +173,11 @@ class Mailroom:
         batch = [item for j in job_ids for item in self._waiting.pop(j, ())]
         if batch:
             self._spawn(self._hand(host, batch))
-        again = [(j, list(resumed[j].get("delivered") or [])) for j in job_ids if j in resumed]
+        again = [
+            (j, list((state_of(resumed[j]) or {}).get("delivered") or []))
+            for j in job_ids
+            if j in resumed
+        ]
         if again and self.link is not None:
             self._spawn(self._resend(again))
 

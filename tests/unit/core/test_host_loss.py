@@ -133,3 +133,69 @@ async def test_a_capped_batch_whose_host_dies_still_runs_every_remaining_job():
     assert {core.jobs[j].state for j in ids} == {JobState.COMPLETED}
     assert core.capacity()["queued"] == 0 and core.capacity()["running"] == 0
     await core.aclose()
+
+
+async def test_a_dead_hosts_queue_moves_at_once_to_the_live_host_and_no_host_is_made():
+    # A capped batch on two hosts: one dies with 4 clones running and 21 queued. All 25 move
+    # to the surviving host in one step (none waits for a slot to find its host dead and then
+    # move alone to a new host), and the batch finishes without a third host.
+    pool = LocalHosts()
+    core = SchedulerCore(pool)
+    slow = {"default": [{"tool": "progress_update", "args": {"summary": "s"}, "latency_ms": 20}]}
+    sub = submission(core, 50, script=slow, per=25)
+    sub = type(sub)(
+        **{**{f: getattr(sub, f) for f in sub.__dataclass_fields__}, "max_concurrency": 4}
+    )
+    ids = (await core.submit(sub))["job_ids"]
+    assert len(pool.made) == 2
+    running = [j for j in ids if core.jobs[j].state is JobState.RUNNING]
+    dead = core.jobs[running[0]].host_id
+    survivor = next(h.host_id for h in pool.made if h.host_id != dead)
+    await wait_until(lambda: all(core.hosts.has_started(pool.host(dead), j) for j in running))
+    queued = [
+        j for j in ids if core.jobs[j].host_id == dead and core.jobs[j].state is JobState.RESERVED
+    ]
+    assert len(queued) >= 15
+    pool.host(dead).kill()
+    await wait_until(lambda: all(core.jobs[j].host_id != dead for j in queued))
+    assert {core.jobs[j].host_id for j in queued} == {survivor}
+    assert all(core.jobs[j].restarts == 0 for j in queued), "a queued job is not restarted"
+    assert (await core.job_block(ids, timeout_seconds=20))["done"]
+    assert {core.jobs[j].state for j in ids} == {JobState.COMPLETED}
+    assert len(pool.made) == 2, "no new host: the live one took the dead one's jobs"
+    assert pool.host(dead).starts == 1, "nothing tried to start on the dead host again"
+    assert results_per_job(core, ids) == dict.fromkeys(ids, 1)
+    await core.aclose()
+
+
+class RecordingLink:
+    """An inbox link that records what the scheduler asks of it."""
+
+    def __init__(self) -> None:
+        self.resent: list[tuple[str, list[str]]] = []
+
+    async def acked(self, delivery_ids):
+        return None
+
+    async def ended(self, job_ids):
+        return []
+
+    async def resend(self, jobs):
+        self.resent.extend(jobs)
+
+
+async def test_a_clone_resumed_on_another_host_asks_the_inbox_for_what_its_checkpoint_lacks():
+    pool = LocalHosts()
+    core = SchedulerCore(pool)
+    link = RecordingLink()
+    core.mail.link = link
+    out = await core.submit(submission(core, 2, script=SLOW, per=2))
+    ids = out["job_ids"]
+    await wait_until(lambda: all(j in core._checkpoints for j in ids))
+    assert all(isinstance(core._checkpoints[j], bytes) for j in ids), "checkpoints come packed"
+    pool.host(core.jobs[ids[0]].host_id).kill()
+    await wait_until(lambda: len(link.resent) == 2)
+    assert sorted(link.resent) == sorted((j, []) for j in ids)
+    await core.cancel_many([out["batch_id"]])
+    assert (await core.job_block(ids, timeout_seconds=10))["done"]
+    await core.aclose()
