@@ -15,8 +15,9 @@ import os
 import re
 from dataclasses import dataclass
 
-MAX_WRITE_TARGETS = 512
-"""Write targets one command may have; past it the whole command is unsure."""
+MAX_WRITE_TARGETS = 8
+"""Different write targets one command may have; past it the whole command is unsure (each
+target costs a path check against every ``Write``/``Edit`` rule)."""
 
 # Every shell separator, substitution and grouping starts a new command part; quotes are not
 # parsed, so text inside them may split too. That only ever makes a check stricter.
@@ -79,6 +80,7 @@ def read_command(command: str, max_parts: int) -> Reading | None:
         program = words[0].rsplit("/", 1)[-1] if words else ""
         moved = moved or program in _MOVERS
         targets.extend(_option_targets(program, words[1:]))
+    targets = list(dict.fromkeys(targets))
     if len(targets) > MAX_WRITE_TARGETS:
         return None
     # After a `cd` the shell's folder is no longer the launch directory: a relative target
@@ -120,8 +122,6 @@ def _redirections(command: str) -> tuple[str, list[str | None]]:
         kept.append(command[start:begin])
         kept.append(" ")
         start = i = max(word_end, end)
-        if len(targets) > MAX_WRITE_TARGETS:
-            break
     kept.append(command[start:])
     return "".join(kept), targets
 

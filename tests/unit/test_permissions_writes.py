@@ -4,6 +4,8 @@ from the command, whatever compound command they hide in."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from clonefleet.permissions import ALLOW_ALL, Policy, RuleSet, parse_rules
@@ -167,3 +169,17 @@ def test_deny_rules_on_paths_apply_to_what_any_command_writes() -> None:
 def test_shell_granted_whole_grants_its_writes() -> None:
     for p in (policy(), policy("Bash"), policy("Bash", "Write(./out/**)")):
         assert denial(p, "git diff > ../outside") is None
+
+
+def test_hostile_write_rules_and_many_targets_are_checked_quickly() -> None:
+    hostile = tuple("Write(" + "/".join(["*a*?"] * 30) + f"{i})" for i in range(256))
+    p = policy("Bash(echo:*)", *hostile[:255], deny=hostile)
+    target = "/".join(["a" * 10] * 15)
+    started = time.monotonic()
+    assert denial(p, "echo " + " ".join(f">{target}{i}" for i in range(8))) is not None
+    assert time.monotonic() - started < 10
+    # Past eight different targets the command is too long to check: a patterned deny denies it.
+    many = "echo " + " ".join(f"> f{i}" for i in range(9))
+    assert denial(policy("Bash", deny=("Bash(rm:*)",)), many) is not None
+    assert denial(policy("Bash"), many) is None
+    assert read_command("echo " + "> same " * 50, 512) is not None  # the same target counts once
