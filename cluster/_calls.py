@@ -8,6 +8,7 @@ facade never sees them). What the scheduler does with a call is not this module'
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -99,10 +100,10 @@ def ray_wait(ref: Any, timeout_s: float) -> Any:
         cause = getattr(exc, "cause", None)
         if isinstance(cause, ClonefleetError):
             raise cause from None
-        name = getattr(exc, "function_name", "")
-        raise ClusterError(f"scheduler call {name} failed: {exc}") from None
+        raise ClusterError(task_error_text(exc, cause)) from None
     except RayActorError as exc:
-        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        text = _ANSI.sub("", str(exc)).strip()
+        detail = text.splitlines()[0][:200] if text else ""
         if _still_registered():
             # Ray keeps the name of an actor it is restarting; calls in flight were lost.
             raise SchedulerUnavailable(f"{type(exc).__name__}: {detail}") from None
@@ -110,6 +111,30 @@ def ray_wait(ref: Any, timeout_s: float) -> Any:
             f"the scheduler actor is gone ({type(exc).__name__}: {detail}); the next Fleet or "
             "`clonefleet run --detach` starts a new one"
         ) from None
+
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+"""Terminal control sequences (Ray colours the header of a remote traceback)."""
+_HEADER = re.compile(r"^ray::(?:[\w.]*\.)?(\w+)\(\)(?: \(pid=[^\n]*)?$")
+"""The first line of a remote traceback: ``ray::Class.method() (pid=..., ip=..., ...)``."""
+
+
+def task_error_text(exc: BaseException, cause: BaseException | None = None) -> str:
+    """The message of a scheduler call that raised something not ours (a fault in the
+    scheduler): the call's name, what it raised, then the scheduler's traceback, as plain text.
+
+    Ray's error carries the method's name only in the (coloured) header line of its traceback:
+    the exception Ray rebuilds as an instance of the cause's class drops its ``function_name``.
+    """
+    lines = _ANSI.sub("", str(exc)).strip().splitlines()
+    name = getattr(exc, "__dict__", {}).get("function_name") or ""
+    if lines and (header := _HEADER.match(lines[0])):
+        name = name or header.group(1)
+        lines = lines[1:]
+    name = name.rsplit(".", 1)[-1] or "(unnamed)"
+    what = f"{type(cause).__name__}: {cause}" if cause is not None else (lines or ["?"])[-1]
+    trace = "\n".join(lines)
+    return f"scheduler call {name} failed with {what}; the scheduler's traceback:\n{trace}"
 
 
 def _still_registered() -> bool:

@@ -6,7 +6,7 @@ import pytest
 
 from clonefleet import Fleet
 from clonefleet.config import Config
-from clonefleet.errors import UnknownJobError, UsageError
+from clonefleet.errors import ClusterError, UnknownJobError, UsageError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -123,3 +123,13 @@ def test_nested_spawn_through_actors_streams_nested_envelopes(ray_cluster, tmp_p
         if e["event"]["type"] == "tool_call_end" and e["event"]["tool"] == "subagent"
     ]
     assert tool_ends and not tool_ends[0]["is_error"]
+
+
+def test_a_fault_in_the_scheduler_names_the_call_in_plain_text(fleet):
+    # Not a batch: the scheduler fails to unpickle it, which is not one of our errors.
+    with pytest.raises(ClusterError) as caught:
+        fleet._ask(lambda s: s.submit.remote(b"not a pickle"))
+    text = str(caught.value)
+    assert text.startswith("scheduler call submit failed with UnpicklingError"), text
+    assert "\x1b" not in text, "no terminal colour codes in the message"
+    assert "remote.py" in text, "the scheduler's traceback follows"
