@@ -30,6 +30,7 @@ from ._limits import MAX_OUTPUT_CHARS, RENDER_TIMEOUT_S, TemplateLimitError
 from ._model import CloneInfo, Definition, InjectedSkill, RenderedClone
 from ._sandbox import guarded_environment
 from ._skills import SkillCatalog, find_skill_refs, load_skills, resolve_skill_refs
+from ._template_code import code_exceeds
 
 __all__ = ["FRAGMENTS_DIR", "render_batch", "render_template", "transclude"]
 
@@ -39,7 +40,12 @@ FRAGMENTS_DIR = Path(__file__).resolve().parent / "fragments"
 MAX_SOURCE_CHARS = 1 << 20
 """Largest template source (task prompt or body) accepted, in characters."""
 MAX_TEMPLATE_TAGS = 5_000
-"""Most ``{{``/``{%`` tags in one template (bounds compile time)."""
+"""Most ``{{``/``{%`` tags and ``{#`` comments in one template (bounds compile time: Jinja's lexer
+takes a Python step for each)."""
+MAX_TEMPLATE_CODE_CHARS = 16 * 1024
+"""Most characters of code inside the tags of one template, all tags together (bounds the time
+and memory of Jinja's lexing, parsing and compiling, which grow with the code: about a tenth of a
+second for this much of the densest code; text between tags costs almost nothing)."""
 BATCH_OVERHEAD_S = 2.0
 """Wall-clock budget of a whole batch's rendering: this plus :data:`PER_CLONE_S` per clone."""
 PER_CLONE_S = 0.002
@@ -172,10 +178,19 @@ def _check_source(source: str, what: str, path: str | None, field: str) -> None:
             path,
             field,
         )
-    tags = source.count("{{") + source.count("{%")
+    tags = source.count("{{") + source.count("{%") + source.count("{#")
     if tags > MAX_TEMPLATE_TAGS:
         raise TemplateError(
             f"{what}: {tags:,} template tags is over the limit of {MAX_TEMPLATE_TAGS:,}",
+            "template-limit",
+            path,
+            field,
+        )
+    if code_exceeds(source, MAX_TEMPLATE_CODE_CHARS):  # before Jinja reads any of it
+        raise TemplateError(
+            f"{what}: the code inside its {{{{ }}}} and {{% %}} tags is over the template code"
+            f" limit of {MAX_TEMPLATE_CODE_CHARS:,} characters (the whole template is"
+            f" {len(source):,} characters)",
             "template-limit",
             path,
             field,
@@ -211,7 +226,8 @@ def render_template(
         return source  # nothing to render; skips compiling plain-text prompts
     _check_source(source, what, path, field)
     try:
-        # Compiling is bounded by the source caps; the time budget covers running the template.
+        # Compiling is bounded by the source caps (size, tags, code); the time budget covers
+        # running the template.
         template = _compile(source)
     except Exception as exc:  # noqa: BLE001
         raise _translate(exc, what, variables, path, field) from None
