@@ -4,12 +4,17 @@ from the command, whatever compound command they hide in."""
 
 from __future__ import annotations
 
+import subprocess
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from clonefleet.actors import Clone
 from clonefleet.permissions import ALLOW_ALL, Policy, RuleSet, parse_rules
 from clonefleet.permissions._commands import read_command
+from clonefleet.testing import FunctionModel, call, make_spec, reply
 
 ROOT = "/work/proj"
 
@@ -183,3 +188,40 @@ def test_hostile_write_rules_and_many_targets_are_checked_quickly() -> None:
     assert denial(policy("Bash", deny=("Bash(rm:*)",)), many) is not None
     assert denial(policy("Bash"), many) is None
     assert read_command("echo " + "> same " * 50, 512) is not None  # the same target counts once
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """An empty git repository in ``tmp_path/repo``."""
+    launch = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(launch)], check=True)
+    return launch
+
+
+async def test_a_clone_granted_git_diff_cannot_write_outside_its_launch_directory(
+    tmp_path: Path, repo: Path
+) -> None:
+    launch = repo
+    rules = RuleSet(source="definition reviewer", allow=parse_rules(["Bash(git diff:*)"], "tools"))
+    spec = make_spec(tools=("shell",), cwd=str(launch), policy=ALLOW_ALL.child(rules, str(launch)))
+    commands = [
+        "git diff HEAD > ../outside",
+        "git diff --output=../outside",
+        "git diff; git diff --output ../outside",
+        "git diff > inside.txt",
+        "git diff --stat",
+    ]
+    seen: list[Any] = []
+
+    def model(req: Any) -> Any:
+        seen.append(req)
+        if len(seen) <= len(commands):
+            return reply("", call("shell", f"c{len(seen)}", command=commands[len(seen) - 1]))
+        return reply("", call("exit_tool", "cx", success=True, summary="done"))
+
+    assert (await Clone(spec, FunctionModel(model)).run()).status == "completed"
+    answers = [req.messages[-1] for req in seen[1:]]
+    assert [a.is_error for a in answers] == [True, True, True, True, False]
+    assert "writes to ../outside" in answers[0].content
+    assert answers[4].content.startswith("exit status 0")
+    assert not (tmp_path / "outside").exists() and not (launch / "inside.txt").exists()
