@@ -38,7 +38,7 @@ def test_validate_json_reports_definitions_errors_and_warnings_and_exits_1(tmp_p
     out = cli("validate", "--json", cwd=tmp_path)
     assert out.returncode == 1
     report = json.loads(out.stdout)
-    assert set(report) == {"definitions", "errors", "warnings", "providers"}
+    assert set(report) == {"definitions", "errors", "warnings", "providers", "trust"}
     names = {d["name"]: d for d in report["definitions"]}
     good = {"name": "good", "path": str(agents / "good.md"), "dialect": "claude"}
     assert names["good"].items() >= good.items()
