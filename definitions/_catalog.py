@@ -365,7 +365,9 @@ def discover(
     """
     follow = bool(config and config.discovery.follow_symlinks_for_configs)
     total = load_directory(SHIPPED_DIR, shipped=True)
-    sources = ProjectSources(Path(cwd), subagents_dirs, config)
+    # Folders the user names, and their own global one, stay theirs whoever else names them.
+    users = [*subagents_dirs, global_config_dir() / "subagents"]
+    sources = ProjectSources(Path(cwd), users, config)
     for folder, explicit in subagent_search_path(Path(cwd), subagents_dirs, config):
         load = load_directory(folder, follow_symlinks=follow, explicit=explicit)
         if (origin := sources.folder(folder)) is not None:

@@ -79,11 +79,13 @@ def _trusted(project: Path) -> bool:
 class ProjectSources:
     """Which of a run's sources of definitions came with a project (see the module docstring).
 
-    Folders the user names (``--subagents-dir``, the global folder) and definitions registered
-    in code are the user's own, even when the project's config names the same folder too.
+    Folders the user names (``--subagents-dir``), their global folder and definitions
+    registered in code are the user's own, even when the project's config names the folder too.
     """
 
-    def __init__(self, cwd: Path, subagents_dirs: Sequence[Path], config: Config | None) -> None:
+    def __init__(self, cwd: Path, users: Sequence[Path], config: Config | None) -> None:
+        """``users``: the folders that are the user's own (``--subagents-dir``, the global
+        folder); ``config``: the config in use (its source says whether it is a project's)."""
         project = Path(cwd) / ".clonefleet" / "subagents"
         self._project = _abs(project)
         self._project_origin = ProjectOrigin(
@@ -110,7 +112,7 @@ class ProjectSources:
                 trusted=source.trusted,
                 whose="a folder this project's config adds to discovery",
             )
-        self._users = {_abs(Path(d).expanduser()) for d in subagents_dirs}
+        self._users = {_abs(Path(d).expanduser()) for d in users}
 
     def folder(self, folder: Path) -> ProjectOrigin | None:
         """The project a searched folder came with, or ``None`` for the user's own folders."""

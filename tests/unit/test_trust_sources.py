@@ -229,3 +229,12 @@ def test_validate_of_a_project_that_asks_for_nothing_has_no_trust_lines(project:
     assert cli.main(["validate", "--json"]) == 0
     trust_part = json.loads(capsys.readouterr().out)["trust"]
     assert trust_part == {"project": str(project), "trusted": False, "asks": []}
+
+
+def test_the_users_global_folder_stays_theirs_when_the_project_names_it(project: Path) -> None:
+    mine = project.parent / "XDG_CONFIG_HOME" / "clonefleet" / "subagents"
+    write(mine / "worker.md", agent("worker"))
+    write(
+        project / ".clonefleet" / "config.yaml", f"discovery:\n  extra_subagents_dirs: [{mine}]\n"
+    )
+    assert load_catalog(project, (), load_config()).get("worker").mcp_servers[0][0] == "helper"
