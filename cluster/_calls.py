@@ -14,7 +14,13 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ClonefleetError, ClusterError, SchedulerUnavailable, UsageError
-from ._connect import SCHEDULER_NAME, ClusterConfig, ClusterSession, named_actor_exists
+from ._connect import (
+    SCHEDULER_NAME,
+    ClusterConfig,
+    ClusterSession,
+    cluster_unreachable,
+    named_actor_exists,
+)
 from ._runtime import remote_runtime_env
 
 __all__ = [
@@ -87,7 +93,7 @@ def ray_wait(ref: Any, timeout_s: float) -> Any:
     Raises:
         NoAnswer: no answer in time.
         SchedulerUnavailable: the call was lost while Ray restarts the scheduler.
-        ClusterError: the scheduler is gone, or Ray failed the call.
+        ClusterError: the scheduler or the whole cluster is gone, or Ray failed the call.
     """
     import ray
     from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
@@ -95,6 +101,7 @@ def ray_wait(ref: Any, timeout_s: float) -> Any:
     try:
         return ray.get(ref, timeout=timeout_s)
     except GetTimeoutError:
+        _unless_cluster_gone()
         raise NoAnswer from None
     except RayTaskError as exc:
         cause = getattr(exc, "cause", None)
@@ -102,6 +109,7 @@ def ray_wait(ref: Any, timeout_s: float) -> Any:
             raise cause from None
         raise ClusterError(task_error_text(exc, cause)) from None
     except RayActorError as exc:
+        _unless_cluster_gone()
         text = _ANSI.sub("", str(exc)).strip()
         detail = text.splitlines()[0][:200] if text else ""
         if _still_registered():
@@ -111,6 +119,14 @@ def ray_wait(ref: Any, timeout_s: float) -> Any:
             f"the scheduler actor is gone ({type(exc).__name__}: {detail}); the next Fleet or "
             "`clonefleet run --detach` starts a new one"
         ) from None
+
+
+def _unless_cluster_gone() -> None:
+    """Raise :class:`ClusterError` when the whole cluster is gone (``cluster down``): no call
+    will be answered, and retrying would only run into Ray's own 60 s limit."""
+    why = cluster_unreachable()
+    if why is not None:
+        raise ClusterError(why) from None
 
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")

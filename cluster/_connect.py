@@ -37,6 +37,7 @@ import logging
 import os
 import secrets
 import signal
+import socket
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ __all__ = [
     "ClusterConfig",
     "ClusterSession",
     "loopback_environment",
+    "cluster_unreachable",
     "named_actor_exists",
     "stop_current_session",
 ]
@@ -213,6 +215,41 @@ def named_actor_exists(name: str, namespace: str = NAMESPACE) -> bool:
 _current: list[ClusterSession] = []
 """The session this process holds (at most one: one process uses one cluster)."""
 
+GCS_PROBE_S = 1.0
+"""How long a joined cluster's GCS gets to accept a TCP connection when a call on it failed."""
+GONE_SHUTDOWN_S = 1.0
+"""How long disconnecting from a cluster that is gone may take: Ray's own disconnect waited
+about 5 s for the missing GCS (the rest goes on in the background)."""
+
+
+def _gcs_refuses(address: str | None, timeout_s: float = GCS_PROBE_S) -> str | None:
+    """Why the GCS at ``address`` does not accept a TCP connection, or ``None`` when it does
+    (or when there is no address to try)."""
+    if not address or "://" in address:
+        return None
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            return None
+    except (OSError, ValueError) as exc:
+        return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or "timeout"
+
+
+def cluster_unreachable() -> str | None:
+    """When this process's joined cluster can no longer be reached (its GCS refuses
+    connections: the cluster was stopped or its head is gone), a message saying so; else
+    ``None`` (also for an embedded instance, which lives as long as this process).
+
+    Ray itself would retry for 60 s and then end the process with its own log line.
+    """
+    for session in _current:
+        if not session.embedded and (why := _gcs_refuses(session.gcs_address)) is not None:
+            return (
+                f"the cluster at {session.gcs_address} cannot be reached (its GCS: {why}); it "
+                "was stopped (`clonefleet cluster down`) or its head node is gone"
+            )
+    return None
+
 
 def stop_current_session() -> None:
     """Stop the session this process holds, if any (for a command interrupted before it had
@@ -237,6 +274,8 @@ class ClusterSession:
         self._restore_env: dict[str, str | None] = {}
         self._watchdog: Watchdog | None = None
         self._temp_dir: Path | None = None
+        self.gcs_address: str | None = None
+        """The GCS address of the cluster joined (``None``: embedded, or through Ray Client)."""
 
     @property
     def address(self) -> str | None:
@@ -272,6 +311,8 @@ class ClusterSession:
             with _callers_sigterm_kept():
                 if address:
                     ray.init(address=address, **kwargs)
+                    if "://" not in address:
+                        self.gcs_address = ray.get_runtime_context().gcs_address
                 else:
                     self._start_embedded(kwargs)
         except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
@@ -338,7 +379,14 @@ class ClusterSession:
             return
         import ray
 
-        ray.shutdown()
+        if self.gcs_address and _gcs_refuses(self.gcs_address) is not None:
+            # The cluster is gone: Ray's disconnect would wait for its GCS. Once disconnected
+            # (at once), the rest of Ray's shutdown may finish in the background.
+            quit_ray = threading.Thread(target=ray.shutdown, daemon=True)
+            quit_ray.start()
+            quit_ray.join(GONE_SHUTDOWN_S)
+        else:
+            ray.shutdown()
         self._end_embedded()
         self._owns = False
         self._put_back_environment()

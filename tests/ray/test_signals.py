@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from clonefleet.cluster._local import _alive, session_pids
+from clonefleet.cluster._local import _alive, private_ray_temp_dir, session_pids
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -189,3 +189,47 @@ def test_status_and_down_after_the_cluster_daemon_was_killed(cli, tmp_path):
     assert not (tmp_path / "state" / "cluster.json").exists()
     assert not Path(state["auth_token_path"]).exists()
     assert "no clonefleet cluster is running" in run("cluster", "status").stdout
+
+
+def test_jobs_wait_during_cluster_down_fails_with_its_own_error_in_time(cli, tmp_path):
+    run, work = cli
+    up = run("cluster", "up", "--json")
+    assert up.returncode == 0, up.stderr
+    daemon = json.loads(up.stdout)["pid"]
+    (work / "slow.yaml").write_text(SLOW)
+    args = ["--sim-script", "slow.yaml", "--detach", "--address", "auto", "--json"]
+    detached = run("run", "general-purpose", "--prompt", "x", "--count", "2", *args)
+    assert detached.returncode == 0, detached.stderr
+    batch = json.loads(detached.stdout)["batch_id"]
+    env = {**os.environ, "CLONEFLEET_STATE_DIR": str(tmp_path / "state")}
+    env.pop("RAY_ADDRESS", None)
+    waiting = subprocess.Popen(
+        [sys.executable, "-m", "clonefleet", "jobs", "wait", batch, "--timeout", "120"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Connected once its Ray driver writes its log in the cluster's session folder.
+        logs = f"session_*_{daemon}/logs/python-core-driver-*_{waiting.pid}.log"
+        deadline = time.monotonic() + 90
+        while not any(private_ray_temp_dir().glob(logs)):
+            assert waiting.poll() is None, waiting.communicate()
+            assert time.monotonic() < deadline, "jobs wait did not connect"
+            time.sleep(0.05)
+        down = run("cluster", "down")
+        assert down.returncode == 0, down.stderr
+        ended = time.monotonic()
+        # Ray alone retried for 60 s, then ended the process with its own log line.
+        stdout, stderr = waiting.communicate(timeout=30)
+        took = time.monotonic() - ended
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.communicate()
+    assert waiting.returncode == 1, stderr
+    assert "clonefleet: error: the cluster at 127.0.0.1:" in stderr
+    assert "cannot be reached" in stderr and "Failed to connect to GCS" not in stderr
+    assert took < 15, took
