@@ -1,0 +1,111 @@
+"""SIGINT, SIGTERM and SIGHUP while ``clonefleet run`` runs: one line of its own saying what
+became of the batch, and exit status 128 + the signal's number, at any moment. A stand-in
+Fleet (no Ray); the end-to-end checks are in ``tests/ray/test_signals.py``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from clonefleet import _fleet, cli
+from clonefleet._cli_signals import Interrupted, stop_signals_raise
+
+pytestmark = pytest.mark.timeout(20)
+
+
+def _deliver(sig: signal.Signals) -> None:
+    os.kill(os.getpid(), sig)
+    for _ in range(200):  # the handler runs between two bytecodes of the main thread
+        time.sleep(0.001)
+
+
+def test_the_first_stop_signal_raises_and_later_ones_wait_for_the_stop():
+    before = signal.getsignal(signal.SIGHUP)
+    with stop_signals_raise():
+        with pytest.raises(Interrupted) as caught:
+            _deliver(signal.SIGHUP)
+        _deliver(signal.SIGTERM)  # ignored: already stopping
+    assert caught.value.name == "SIGHUP" and caught.value.exit_status == 129
+    assert isinstance(caught.value, KeyboardInterrupt)  # what handles Ctrl-C handles it
+    assert signal.getsignal(signal.SIGHUP) is before
+
+
+@dataclass
+class FakeBatch:
+    batch_id: str = "b_0000beef"
+    job_ids: tuple[str, ...] = ("sa_00000001",)
+
+
+@dataclass
+class FakeFleet:
+    """Stands in for :class:`clonefleet.Fleet`; ``stop_at`` names the step a signal hits."""
+
+    address: Any = None
+    embedded: bool = True
+    closed: list[bool] = field(default_factory=list)
+    wait_margin_s: float = 2.0
+
+    def submit(self, plan: Any) -> FakeBatch:
+        return FakeBatch()
+
+    def close(self) -> None:
+        self.closed.append(True)
+
+
+@dataclass
+class FakeTally:
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    def ordered_records(self) -> list[dict[str, Any]]:
+        return self.records
+
+
+CASES = {
+    "starting": "no batch was submitted, and the embedded cluster stopped",
+    "watching": "batch b_0000beef cancelled: the embedded cluster stopped, and its jobs",
+    "summary": "batch b_0000beef had ended",
+    "watching-cluster": (
+        "batch b_0000beef keeps running on the cluster (`clonefleet jobs cancel b_0000beef`"
+        " stops it)"
+    ),
+}
+
+
+@pytest.mark.parametrize("moment", list(CASES))
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=str)
+def test_a_run_interrupted_at_any_moment_says_what_became_of_its_batch(
+    monkeypatch, tmp_path, capsys, moment, sig
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("CLONEFLEET_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    fleets: list[FakeFleet] = []
+
+    def make_fleet(address: Any, **_: Any) -> FakeFleet:
+        if moment == "starting":
+            _deliver(sig)  # while Ray starts
+        fleets.append(FakeFleet(address, embedded=moment != "watching-cluster"))
+        return fleets[-1]
+
+    def watch(*_: Any) -> FakeTally:
+        if moment.startswith("watching"):
+            _deliver(sig)
+        return FakeTally()
+
+    def summary(*_: Any) -> None:
+        _deliver(sig)
+
+    monkeypatch.setattr(_fleet, "Fleet", make_fleet)
+    monkeypatch.setattr(cli, "_plan", lambda args, config: None)
+    monkeypatch.setattr(cli, "_watch", watch)
+    monkeypatch.setattr(cli, "_summary", summary)
+    status = cli.main(["run", "general-purpose", "--prompt", "x"])
+    assert status == 128 + sig
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1] == f"clonefleet: interrupted ({sig.name}); {CASES[moment]}"
+    assert all(f.closed for f in fleets)
