@@ -13,9 +13,12 @@ import signal
 from collections.abc import Iterator
 from types import FrameType
 
-__all__ = ["STOP_SIGNALS", "Interrupted", "stop_signals_raise"]
+__all__ = ["STOP_SIGNALS", "Interrupted", "as_interrupted", "stop_signals_raise"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+_arrived: list[int] = []
+"""The stop signal that arrived inside :func:`stop_signals_raise` (at most one)."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -38,22 +41,26 @@ class Interrupted(KeyboardInterrupt):
 
 
 def as_interrupted(exc: KeyboardInterrupt) -> Interrupted:
-    """``exc`` as an :class:`Interrupted` (a plain ``KeyboardInterrupt`` is SIGINT's)."""
-    return exc if isinstance(exc, Interrupted) else Interrupted(signal.SIGINT)
+    """``exc`` as an :class:`Interrupted`. Ray raises a plain ``KeyboardInterrupt`` of its own
+    when a handler raised while it waited (``ray.get``): the signal that arrived tells which;
+    with none, it was SIGINT's."""
+    if isinstance(exc, Interrupted):
+        return exc
+    return Interrupted(_arrived[0] if _arrived else signal.SIGINT)
 
 
 @contextlib.contextmanager
 def stop_signals_raise() -> Iterator[None]:
     """Inside this block the first stop signal raises :class:`Interrupted`; later ones are
     ignored. The previous handlers are put back when the block ends."""
-    arrived: list[int] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        if arrived:
+        if _arrived:
             return  # already stopping
-        arrived.append(signum)
+        _arrived.append(signum)
         raise Interrupted(signum)
 
+    _arrived.clear()
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield

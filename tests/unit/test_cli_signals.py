@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from clonefleet import _fleet, cli
-from clonefleet._cli_signals import Interrupted, stop_signals_raise
+from clonefleet._cli_signals import Interrupted, as_interrupted, stop_signals_raise
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -33,6 +33,16 @@ def test_the_first_stop_signal_raises_and_later_ones_wait_for_the_stop():
     assert caught.value.name == "SIGHUP" and caught.value.exit_status == 129
     assert isinstance(caught.value, KeyboardInterrupt)  # what handles Ctrl-C handles it
     assert signal.getsignal(signal.SIGHUP) is before
+
+
+def test_rays_own_keyboard_interrupt_is_the_signal_that_arrived():
+    # Ray turns an exception raised by a handler while it waits (ray.get) into a plain
+    # KeyboardInterrupt of its own.
+    with stop_signals_raise():
+        assert as_interrupted(KeyboardInterrupt()).name == "SIGINT"  # Ctrl-C's, by default
+        with pytest.raises(Interrupted):
+            _deliver(signal.SIGTERM)
+        assert as_interrupted(KeyboardInterrupt()).exit_status == 143
 
 
 @dataclass
