@@ -481,6 +481,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         # What a clone started here would get: the planner's own answer (docs/permissions.md).
         effective_of=lambda defn: clone_tools(defn, config, cwd),
         tools=args.tools,
+        trust=True,
     )
     report["providers"] = provider_report(config)
     if args.json:

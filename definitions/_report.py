@@ -79,6 +79,7 @@ def validate_report(
     *,
     effective_of: EffectiveOf | None = None,
     tools: bool = False,
+    trust: bool = False,
 ) -> dict[str, Any]:
     """Validate definition files and report the ``validate --json`` shape (docs/json.md).
 
@@ -91,14 +92,15 @@ def validate_report(
         effective_of: what a clone of a definition gets (``clonefleet.scheduler.clone_tools``);
             with it, each definition's row has its ``tools`` and the ``rules`` of its policy.
         tools: add ``tool_resolution`` (``validate --tools``); needs ``effective_of``.
+        trust: add ``trust`` (``validate`` always does): what the project of ``cwd`` asks for
+            that only ``clonefleet trust`` allows (:func:`._trust.trust_report`).
 
     Returns:
         ``{"definitions": [{name, path, dialect}], "errors": [{path, reason, message}],
-        "warnings": [{path, name, message}], "trust": {project, trusted, asks}}``; definitions
-        are listed once per source that loaded, shadowed ones included, in precedence order;
-        ``trust.asks`` lists what the project's config and definitions ask for that only
-        ``clonefleet trust`` allows (:func:`._trust.trust_report`). The CLI exits 1 when
-        ``errors`` is non-empty or an untrusted project asks for anything.
+        "warnings": [{path, name, message}]}``, with ``trust: {project, trusted, asks}`` when
+        asked; definitions are listed once per source that loaded, shadowed ones included, in
+        precedence order. The CLI exits 1 when ``errors`` is non-empty or an untrusted project
+        asks for anything.
 
     Raises:
         ConfigError: the user's global config, read to compare a project's against, is invalid.
@@ -123,7 +125,8 @@ def validate_report(
             {"path": w.path, "name": w.name, "message": w.message} for w in total.warnings
         ],
     }
-    report["trust"] = trust_report(cwd, config, total.asks)
+    if trust:
+        report["trust"] = trust_report(cwd, config, total.asks)
     if tools and effective_of is not None:
         report["tool_resolution"] = tool_resolution(total.definitions, config, effective_of)
     return report
