@@ -19,16 +19,18 @@ import argparse
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO
 
 __all__ = ["Watchdog", "end_instance", "instance_pids", "reap_orphans", "start_watchdog"]
 
 WATCH_S = 2.0
 """How long the watchdog keeps looking for processes of a dead owner's instance (one started
 while its raylet was dying appears a little later)."""
+CLOSE_WAIT_S = 5.0
+"""How long a watchdog told to stop gets to exit (it may still be starting) before it is killed."""
 STOPPED = b"stopped"
 """What an owner that stopped its instance itself writes to its watchdog before closing it."""
 
@@ -149,23 +151,29 @@ class Watchdog:
     """The watchdog of the embedded instance this process starts: it ends what is left of
     that instance if this process dies without calling :meth:`close` (killed, say)."""
 
-    def __init__(self, pipe: IO[bytes] | None) -> None:
-        self._pipe = pipe
+    def __init__(self, proc: subprocess.Popen[bytes] | None) -> None:
+        self._proc = proc
 
     def close(self) -> None:
-        """Tell the watchdog the instance was stopped here and let it exit; twice is harmless."""
-        pipe, self._pipe = self._pipe, None
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.write(STOPPED)
-                pipe.close()
+        """Tell the watchdog the instance was stopped here and wait for it to exit (a few
+        milliseconds); twice is harmless."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(OSError):
+            assert proc.stdin is not None
+            proc.stdin.write(STOPPED)
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=CLOSE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def start_watchdog(temp_dir: Path) -> Watchdog:
     """Start the watchdog of the embedded instance this process is about to start in
     ``temp_dir`` (one that does nothing where there is no ``/proc`` to search)."""
-    import subprocess
-
     if not Path("/proc/self/fd").is_dir():
         return Watchdog(None)
     cmd = [sys.executable, "-I", "-S", __file__, "--owner", str(os.getpid()), "--temp-dir"]
@@ -176,7 +184,7 @@ def start_watchdog(temp_dir: Path) -> Watchdog:
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # not in the caller's process group: it outlives a kill of it
     )
-    return Watchdog(proc.stdin)
+    return Watchdog(proc)
 
 
 def _watch(owner: int, temp_dir: Path) -> None:
