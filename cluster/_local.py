@@ -331,7 +331,13 @@ def cluster_up(
             env=env,
             start_new_session=True,
         )
-    return _wait_until_ready(proc, token, log, timeout_s)
+    try:
+        return _wait_until_ready(proc, token, log, timeout_s)
+    except KeyboardInterrupt:  # a signal: the cluster being started goes as well
+        end_session(proc.pid, grace_s=0.0)
+        state_path().unlink(missing_ok=True)
+        token.unlink(missing_ok=True)
+        raise
 
 
 def _wait_until_ready(

@@ -233,3 +233,60 @@ def test_jobs_wait_during_cluster_down_fails_with_its_own_error_in_time(cli, tmp
     assert "clonefleet: error: the cluster at 127.0.0.1:" in stderr
     assert "cannot be reached" in stderr and "Failed to connect to GCS" not in stderr
     assert took < 15, took
+
+
+def test_a_signal_while_cluster_up_starts_it_takes_the_cluster_down_too(tmp_path):
+    state = tmp_path / "state"
+    env = {**os.environ, "CLONEFLEET_STATE_DIR": str(state), "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    up = subprocess.Popen(
+        [sys.executable, "-m", "clonefleet", "cluster", "up"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    daemon: list[int] = []
+    try:
+        deadline = time.monotonic() + 90
+        while not daemon:  # the daemon leads a session of its own; its GCS is up first
+            assert up.poll() is None, up.communicate()
+            assert time.monotonic() < deadline, "the daemon's GCS did not start"
+            daemon = [p for p in _children_running(up.pid, b"cluster._daemon") if _has_gcs(p)]
+            time.sleep(0.05)
+        up.send_signal(signal.SIGTERM)
+        _, stderr = up.communicate(timeout=30)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.communicate()
+        for pid in daemon and session_pids(daemon[0]):
+            os.kill(pid, signal.SIGKILL)
+    assert up.returncode == 143, stderr
+    assert "clonefleet: interrupted (SIGTERM)" in stderr and "Traceback" not in stderr
+    assert session_pids(daemon[0]) == []
+    assert not (state / "cluster.json").exists() and not (state / "auth_token").exists()
+
+
+def _children_running(parent: int, marker: bytes) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or marker not in (entry / "cmdline").read_bytes():
+                continue
+            if int((entry / "stat").read_text().rpartition(")")[2].split()[1]) == parent:
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _has_gcs(session: int) -> bool:
+    for pid in session_pids(session):
+        try:
+            if b"gcs_server" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
