@@ -407,6 +407,8 @@ def cluster_down(
 def _is_daemon(pid: int) -> bool:
     """Whether ``pid`` runs clonefleet's cluster daemon (assumed where ``/proc`` cannot say): a
     recorded pid that the system gave to another program since is never signalled."""
+    if not _alive(pid):
+        return True  # it died (a zombie not yet reaped, even): its pid is nobody else's yet
     try:
         return b"clonefleet.cluster._daemon" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except FileNotFoundError:

@@ -161,12 +161,18 @@ def test_cluster_down_ends_every_process_of_the_daemons_session_quickly(tmp_path
 
 
 @needs_proc
-def test_cluster_down_after_the_daemon_was_killed_ends_what_its_session_left(tmp_path, state):
+@pytest.mark.parametrize("reaped", [True, False], ids=["reaped", "zombie"])
+def test_cluster_down_after_the_daemon_was_killed_ends_what_its_session_left(
+    tmp_path, state, reaped
+):
     proc, kids = _start_fake_daemon(tmp_path, "stuck")
     _record("127.0.0.1:6390", pid=proc.pid)
     try:
         proc.kill()
-        proc.wait(timeout=10)
+        if reaped:
+            proc.wait(timeout=10)
+        else:  # dead, not yet reaped by its parent (it has no cmdline left to check)
+            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
         # Its children (Ray's agents, in a real cluster) live on in the daemon's session.
         assert sorted(_local.session_pids(proc.pid)) == sorted(kids)
         assert _local.read_state() is None
@@ -176,6 +182,7 @@ def test_cluster_down_after_the_daemon_was_killed_ends_what_its_session_left(tmp
         assert time.monotonic() - started < 3.0
     finally:
         _local.end_session(proc.pid, grace_s=0.0)
+        proc.wait(timeout=10)
     assert _local.session_pids(proc.pid) == [] and not any(_local._alive(k) for k in kids)
     assert not (state / "cluster.json").exists() and not (state / "auth_token").exists()
 
