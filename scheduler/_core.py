@@ -362,8 +362,8 @@ class SchedulerCore(JobStops):
         by_batch: dict[str, list[str]] = {}
         for job_id in job_ids:
             rec = self.jobs[job_id]
-            if rec.is_terminal:
-                continue
+            if rec.is_terminal or self.hosts.host_of(job_id) is not host:
+                continue  # ended, or already moved (its start and the drain loop both saw it)
             if job_id in self._stop_reasons:  # asked to stop: it does not start again
                 self._end(rec, JobState.CANCELLED, self._stop_reasons[job_id])
                 continue
