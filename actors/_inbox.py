@@ -6,7 +6,8 @@ acknowledged it) or ``undelivered`` (its job ended first). Deliveries of one job
 they were sent in. The core bounds what waits: a message's size, the queued deliveries of one job
 and of the whole fleet (``limits`` in the config). It knows nothing of hosts: the Ray shell
 (``remote.py``) routes queued deliveries to clones through the scheduler, which knows where each
-job runs, and feeds acknowledgements and job endings back. See docs/inbox.md.
+job runs, and feeds acknowledgements and job endings back. An acknowledgement wins over an
+``undelivered`` inferred from the job's end (it may arrive later). See docs/inbox.md.
 """
 
 from __future__ import annotations
@@ -157,11 +158,17 @@ class InboxCore:
         delivery.state, delivery.settled_at = state, at or time.time()
 
     def acked(self, delivery_ids: Iterable[str]) -> list[Delivery]:
-        """Clones took these into their contexts; returns those that were queued."""
+        """Clones took these into their contexts; returns those whose state changed.
+
+        An acknowledgement is the clone's own word, so it also turns an ``undelivered`` one
+        ``delivered``: the inbox marks a job's queued deliveries undelivered when it learns the
+        job ended, and after an inbox restart it may learn that (by routing them again) before
+        the acknowledgements sent while it was down reach it.
+        """
         done = []
         for delivery_id in delivery_ids:
             delivery = self.deliveries.get(delivery_id)
-            if delivery is None or delivery.state != QUEUED:
+            if delivery is None or delivery.state == DELIVERED:
                 continue  # a repeated acknowledgement (after a restart) changes nothing
             self._settle(delivery, DELIVERED)
             self._record({"k": "dd", "d": delivery_id, "at": delivery.settled_at})
@@ -246,7 +253,9 @@ class InboxCore:
                     continue
             elif kind in ("dd", "du") and isinstance(delivery_id, str):
                 delivery = self.deliveries.get(delivery_id)
-                if delivery is not None and delivery.state == QUEUED:
+                # `dd` may follow `du`: a late acknowledgement (see `acked`).
+                settles = (QUEUED,) if kind == "du" else (QUEUED, UNDELIVERED)
+                if delivery is not None and delivery.state in settles:
                     self._settle(
                         delivery, DELIVERED if kind == "dd" else UNDELIVERED, rec.get("at")
                     )

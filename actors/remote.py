@@ -332,11 +332,21 @@ class InboxActor:
         return self._c().get(delivery_id).view()
 
     async def acked(self, delivery_ids: list[str]) -> None:
-        self._c().acked(delivery_ids)
+        # Answered once on disk: a caller that heard back never sends it again, and an
+        # acknowledgement lost with this process would leave its delivery queued for good (its
+        # clone skips a delivery routed to it again, without a second acknowledgement).
+        if self._c().acked(delivery_ids):
+            await self._commit()
 
     async def ended(self, job_ids: list[str]) -> list[dict[str, Any]]:
         done = self._c().ended(job_ids)
+        if done:
+            await self._commit()
         return [{"delivery_id": d.delivery_id, "job_id": d.job_id} for d in done]
+
+    async def _commit(self) -> None:
+        assert self._journal is not None
+        await self._journal.commit()
 
     async def resend(self, jobs: list[tuple[str, list[str]]]) -> None:
         core = self._c()

@@ -123,13 +123,15 @@ def test_refusals_unknown_finished_skill_and_limits(fleet, tmp_path):
 
 
 def test_the_inbox_killed_with_20_queued_delivers_each_once(fleet, tmp_path):
+    # The job outlives any restart of the inbox (it is cancelled at the end): on a busy machine
+    # a restart takes seconds, and a job that ended first would rightly leave some undelivered.
     job = submit(
         fleet,
         1,
         [
             *turns(1),
             {"tool": "progress_update", "args": {"summary": "slow"}, "latency_ms": 2500},
-            *turns(5),
+            *turns(1200),
         ],
         tmp_path,
     ).job_ids[0]
@@ -143,6 +145,45 @@ def test_the_inbox_killed_with_20_queued_delivers_each_once(fleet, tmp_path):
     until(lambda: sum(t.startswith("queued ") for t in user_texts(fleet, job)) == 20)
     notes = [t for t in user_texts(fleet, job) if t.startswith("queued ")]
     assert notes == [f"queued {i}" for i in range(20)]
+    fleet.job_cancel(job)
+
+
+def test_what_a_clone_took_while_the_inbox_was_down_is_delivered_though_its_job_ended(
+    fleet, tmp_path
+):
+    import ray
+
+    hold = {"tool": "progress_update", "args": {"summary": "hold"}, "latency_ms": 3000}
+    job = submit(fleet, 1, [*turns(1), hold], tmp_path).job_ids[0]
+    until(lambda: fleet.job_status(job)["turns"] >= 1)
+    sent = [fleet.message(job, f"held {i}") for i in range(5)]
+    until(lambda: fleet.job_status(job)["messages"]["queued"] == 5)  # its host holds them
+    pid = ray.get(fleet._inbox_handle.__ray_call__.remote(lambda self: os.getpid()))
+    os.kill(pid, signal.SIGSTOP)  # the inbox hears no acknowledgement until it restarts
+    try:
+        assert fleet.job_block([job], timeout_seconds=60)["done"]
+        assert fleet.job_status(job)["messages"]["delivered"] == 5
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    # Restarted, the inbox routes the five again and hears that their job ended before the
+    # acknowledgements arrive: those still win.
+    until(lambda: all(_status(fleet, s) == "delivered" for s in sent), 90)
+    assert fleet.job_status(job)["messages"] == {"queued": 0, "delivered": 5, "undelivered": 0}
+
+
+def test_an_acknowledgement_the_inbox_answered_outlives_its_process(fleet, tmp_path):
+    import ray
+
+    hold = {"tool": "progress_update", "args": {"summary": "hold"}, "latency_ms": 30_000}
+    job = submit(fleet, 1, [*turns(1), hold], tmp_path).job_ids[0]
+    until(lambda: fleet.job_status(job)["turns"] >= 1)
+    sent = fleet.message(job, "acknowledged")
+    # As the scheduler does once the clone took it; the inbox is killed as soon as it answers.
+    ray.get(fleet._inbox_handle.acked.remote([sent["delivery_id"]]))
+    pid = ray.get(fleet._inbox_handle.__ray_call__.remote(lambda self: os.getpid()))
+    os.kill(pid, signal.SIGKILL)
+    until(lambda: _status(fleet, sent) is not None)  # restarted, from its journal
+    assert _status(fleet, sent) == "delivered"
     fleet.job_cancel(job)
 
 

@@ -28,10 +28,30 @@ def test_deliveries_move_queued_to_delivered_or_undelivered_once():
     assert [d.state for d in (a, b, c)] == ["queued"] * 3 and core.queued == 3
     assert [d.delivery_id for d in core.acked([a.delivery_id, a.delivery_id])] == [a.delivery_id]
     assert [d.delivery_id for d in core.ended(["sa_1"])] == [b.delivery_id, c.delivery_id]
-    assert core.acked([b.delivery_id]) == [], "an undelivered one stays undelivered"
+    assert core.ended(["sa_1"]) == [], "a settled one is not settled again"
     assert core.counts("sa_1") == {"queued": 0, "delivered": 1, "undelivered": 2}
     assert core.queued == 0
     assert [r["k"] for r in rec.records] == ["dq", "dq", "dq", "dd", "du", "du"]
+
+
+def test_a_late_acknowledgement_turns_an_inferred_undelivered_delivered():
+    # After an inbox restart, routing a job's queued deliveries again can tell the inbox that
+    # the job ended before the acknowledgements its clone sent while the inbox was down arrive.
+    rec = Recorder()
+    core = InboxCore(journal=rec)
+    took, missed = core.accept("sa_1", "taken"), core.accept("sa_1", "missed")
+    assert len(core.ended(["sa_1"])) == 2
+    assert [d.delivery_id for d in core.acked([took.delivery_id])] == [took.delivery_id]
+    assert core.acked([took.delivery_id]) == []
+    assert (took.state, missed.state) == ("delivered", "undelivered")
+    assert core.counts("sa_1") == {"queued": 0, "delivered": 1, "undelivered": 1}
+    assert core.queued == 0
+    assert [r["k"] for r in rec.records] == ["dq", "dq", "du", "du", "dd"]
+    rebuilt = InboxCore()
+    assert rebuilt.restore(rec.records) == 0
+    assert rebuilt.counts("sa_1") == {"queued": 0, "delivered": 1, "undelivered": 1}
+    assert rebuilt.get(took.delivery_id).state == "delivered"
+    assert rebuilt.restore([{"k": "du", "d": took.delivery_id}]) == 1, "delivered is final"
 
 
 def test_limits_on_size_per_job_and_fleet_queues():
