@@ -20,7 +20,7 @@ from typing import Any
 from ._cli_bench import add_bench_parser, cmd_bench
 from ._cli_control import CONTROL_HANDLERS, add_control_parsers, make_console
 from ._cli_dashboard import add_dashboard_parser, cmd_dashboard
-from ._cli_signals import as_interrupted, stop_signals_raise
+from ._cli_signals import as_interrupted, interrupted_line, say_outcome, stop_signals_raise
 from .config import printable
 from .errors import ClonefleetError, ConfigError, DefinitionError, UsageError
 from .trust import add_trust_parser, cmd_trust
@@ -272,7 +272,7 @@ def _main(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt as exc:
         stop = as_interrupted(exc)
-        print(f"clonefleet: interrupted ({stop.name})", file=sys.stderr)
+        print(interrupted_line(stop), file=sys.stderr)
         return stop.exit_status
 
 
@@ -325,6 +325,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     sink = _record_file(args)  # before Ray starts: a bad --out is a usage error
     started = time.monotonic()
     run = _Run()
+    say_outcome(run.what_became)  # also for an end at once (see _cli_signals)
     try:
         try:
             return _run_batch(args, config, plan, address, sink, started, run)
@@ -337,7 +338,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         # Interrupted while the Fleet was being made (Ray starting), or while it was closing.
         stop_current_session()
         stop = as_interrupted(exc)
-        print(f"clonefleet: interrupted ({stop.name}); {run.what_became()}", file=sys.stderr)
+        print(interrupted_line(stop), file=sys.stderr)
         return stop.exit_status
 
 

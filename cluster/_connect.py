@@ -119,6 +119,28 @@ def _callers_sigterm_kept() -> Iterator[None]:
         signal.signal(signal.SIGTERM, mine)
 
 
+@contextlib.contextmanager
+def _ray_processes_in_own_groups() -> Iterator[None]:
+    """Inside this block the processes Ray starts (GCS, raylet, and so what the raylet starts)
+    get process groups of their own: a signal to the caller's group (a terminal's hangup,
+    ``kill -TERM -PGID``) reaches the caller, which stops them, and not them. (SIGHUP killed
+    the GCS mid-start, and ``ray.init`` then waited 30 s for its port.)"""
+    from ray._private import services
+
+    popen = services.ConsolePopen
+
+    class OwnGroupPopen(popen):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("process_group", 0)
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = OwnGroupPopen
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
+
+
 def _auth_environment(address: str | None) -> dict[str, str | None]:
     """The ``RAY_AUTH_*`` variables a session on ``address`` needs (``None``: unset it)."""
     env = os.environ
@@ -343,7 +365,10 @@ class ClusterSession:
         # background, so the start does not wait for the search (tens of milliseconds).
         threading.Thread(target=reap_orphans, args=(temp_dir,), daemon=True).start()
         self._watchdog = start_watchdog(temp_dir)
-        with lean_local_start(logs_to_driver=self.cfg.log_to_driver) as lean:
+        with (
+            _ray_processes_in_own_groups(),
+            lean_local_start(logs_to_driver=self.cfg.log_to_driver) as lean,
+        ):
             ray.init(
                 address="local",
                 num_cpus=self.cfg.num_cpus,

@@ -134,12 +134,21 @@ def _assert_own_ending(run: Run, sig: signal.Signals) -> str:
     return stderr
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
-def test_a_signal_while_ray_starts_ends_the_run_with_its_own_message(start_run, sig):
+@pytest.mark.parametrize(
+    ("sig", "to_group"),
+    [(signal.SIGTERM, False), (signal.SIGHUP, False), (signal.SIGHUP, True)],
+    ids=["SIGTERM", "SIGHUP", "SIGHUP-to-its-group"],  # the group: as a terminal's hangup
+)
+def test_a_signal_while_ray_starts_ends_the_run_with_its_own_message(start_run, sig, to_group):
     run = start_run("--count", "200")
     run.wait_for(lambda: _ray_started(run))
-    run.proc.send_signal(sig)
+    if to_group:
+        os.killpg(run.proc.pid, sig)
+    else:
+        run.proc.send_signal(sig)
+    started = time.monotonic()
     assert run.finish() == 128 + sig
+    assert time.monotonic() - started < 10  # Ray's GCS, killed too, made it wait 30 s
     stderr = _assert_own_ending(run, sig)
     last = stderr.strip().splitlines()[-1]
     assert last.startswith(f"clonefleet: interrupted ({sig.name}); ")  # one line, its own

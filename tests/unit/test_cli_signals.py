@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,3 +121,49 @@ def test_a_run_interrupted_at_any_moment_says_what_became_of_its_batch(
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1] == f"clonefleet: interrupted ({sig.name}); {CASES[moment]}"
     assert all(f.closed for f in fleets)
+
+
+_STUCK = """
+import time
+from clonefleet import _cli_signals as signals
+signals.HARD_STOP_S = 0.3
+with signals.stop_signals_raise():
+    signals.say_outcome(lambda: "batch b_0000beef cancelled")
+    try:
+        print("ready", flush=True)
+        time.sleep(30)
+    except KeyboardInterrupt:
+        time.sleep(30)  # a stop that does not end (inside a C call of Ray's, say)
+"""
+
+
+def test_a_command_that_does_not_stop_in_time_ends_at_once_with_the_same_line():
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _STUCK], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 143, stderr
+    assert stderr == "clonefleet: interrupted (SIGTERM); batch b_0000beef cancelled\n"
+    assert time.monotonic() - started < 5
+
+
+class _Finalised:
+    def __del__(self) -> None:
+        _deliver(signal.SIGTERM)  # the handler runs where Python ignores what it raises
+
+
+def test_a_signal_whose_exception_python_ignored_is_raised_again():
+    with stop_signals_raise():
+        with pytest.raises(Interrupted) as caught:
+            _Finalised()  # dropped at once: Ray's at-fork hooks are such places too
+            for _ in range(200):
+                time.sleep(0.001)
+    assert caught.value.name == "SIGTERM"
