@@ -117,6 +117,9 @@ def stop_signals_raise() -> Iterator[None]:
 
     _arrived.clear()
     _outcome.clear()
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; signals go to it anyway
+        return
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     hook, sys.unraisablehook = sys.unraisablehook, swallowed
     backstop = _Backstop()
