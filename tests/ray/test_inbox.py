@@ -64,7 +64,8 @@ def user_texts(fleet, job_id):
 
 
 def test_100_messages_arrive_in_order_once_each(fleet, tmp_path):
-    job = submit(fleet, 1, turns(60), tmp_path).job_ids[0]
+    # Alive until cancelled (a clone stops at 50 turns): sending 100 takes seconds when busy.
+    job = submit(fleet, 1, turns(45, 1000), tmp_path).job_ids[0]
     wait_running(fleet, job)
     sent = [fleet.message(job, f"note {i}") for i in range(100)]
     assert {s["status"] for s in sent} == {"queued"}
@@ -123,15 +124,16 @@ def test_refusals_unknown_finished_skill_and_limits(fleet, tmp_path):
 
 
 def test_the_inbox_killed_with_20_queued_delivers_each_once(fleet, tmp_path):
-    # The job outlives any restart of the inbox (it is cancelled at the end): on a busy machine
-    # a restart takes seconds, and a job that ended first would rightly leave some undelivered.
+    # The job outlives any restart of the inbox (45 turns of a second; it is cancelled at the
+    # end): on a busy machine a restart takes seconds, and a job that ended first would rightly
+    # leave some undelivered.
     job = submit(
         fleet,
         1,
         [
             *turns(1),
             {"tool": "progress_update", "args": {"summary": "slow"}, "latency_ms": 2500},
-            *turns(1200),
+            *turns(45, 1000),
         ],
         tmp_path,
     ).job_ids[0]
