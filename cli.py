@@ -324,7 +324,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     sink = _record_file(args)  # before Ray starts: a bad --out is a usage error
     started = time.monotonic()
-    run = _Run()
+    run = _Run(address)
     say_outcome(run.what_became)  # also for an end at once (see _cli_signals)
     try:
         try:
@@ -345,7 +345,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 class _Run:
     """How far a ``run`` got: what an interruption leaves behind depends on it."""
 
-    def __init__(self) -> None:
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+        """Where the batch runs (``None``: an embedded Ray)."""
         self.fleet: Any = None
         self.batch_id: str | None = None
         self.ended = False
@@ -353,7 +355,7 @@ class _Run:
 
     def what_became(self) -> str:
         """What became of the batch, for the line that says the run was interrupted."""
-        embedded = self.fleet is None or self.fleet.embedded
+        embedded = self.address is None if self.fleet is None else self.fleet.embedded
         if self.batch_id is None:
             if embedded:
                 return "no batch was submitted, and the embedded cluster stopped"
