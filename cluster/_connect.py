@@ -100,6 +100,23 @@ def _no_signal_dumps() -> None:
         ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
 
 
+def _ray_notices_to_stderr() -> None:
+    """Send the notices Ray's raylet publishes to the driver (``(raylet) WARNING: 8 PYTHON worker
+    processes have been started ...``) to standard error: Ray prints them on standard output
+    whatever ``log_to_driver`` says, where they broke ``--json`` output under load."""
+    from ray._private import worker
+
+    original = worker.print_to_stdstream
+    if getattr(original, "clonefleet_to_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.clonefleet_to_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
+
+
 @contextlib.contextmanager
 def _callers_sigterm_kept() -> Iterator[None]:
     """Inside this block ``ray.init`` does not replace a Python SIGTERM handler the caller
@@ -319,6 +336,7 @@ class ClusterSession:
             return self
         _keep_loopback_if_imported_early(address)
         _no_signal_dumps()
+        _ray_notices_to_stderr()
         auth = _auth_environment(address)
         self._restore_env = _set_auth_environment(auth)
         kwargs: dict[str, Any] = {

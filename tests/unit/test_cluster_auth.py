@@ -101,13 +101,16 @@ def test_other_addresses_send_the_callers_token_when_there_is_one(monkeypatch, t
     assert _connect._auth_environment("ray://10.0.0.5:10001") == {}
 
 
-def test_a_dead_clusters_record_and_token_go_away(tmp_path):
+def test_a_dead_clusters_token_is_never_used_and_goes_with_cluster_down(tmp_path):
     token = _record_cluster(tmp_path)
     state = json.loads(_local.state_path().read_text())
     _local.state_path().write_text(json.dumps({**state, "pid": 2**22 + 1}))  # no such process
     assert _local.read_state() is None
-    assert not token.exists() and not _local.state_path().exists()
     assert _local.local_token_path("127.0.0.1:6390") is None
+    # The record stays for `cluster down`, which ends what is left of its session.
+    assert _local.dead_daemon_state() is not None
+    _local.cluster_down(timeout_s=0.1)
+    assert not token.exists() and not _local.state_path().exists()
 
 
 @pytest.fixture
@@ -146,3 +149,16 @@ def test_a_temporary_folder_too_long_for_rays_sockets_gives_way_to_tmp(monkeypat
     # The longest socket Ray makes there still fits in a Unix socket's 107 bytes.
     sock = folder / "session_2026-12-01_18-29-13_525661_4194304" / "sockets" / "plasma_store.9"
     assert len(str(sock)) <= 107
+
+
+def test_rays_raylet_notices_go_to_stderr_not_into_json_on_stdout(monkeypatch, capsys):
+    from ray._private import worker
+
+    monkeypatch.setattr(worker, "print_to_stdstream", worker.print_to_stdstream)
+    _connect._ray_notices_to_stderr()
+    _connect._ray_notices_to_stderr()  # once is enough: a second call wraps nothing again
+    notice = "WARNING: 8 PYTHON worker processes have been started on node: abc"
+    # As Ray's listener for the raylet's notices calls it (a module global, looked up per call).
+    worker.print_to_stdstream({"lines": [notice], "pid": "raylet", "is_err": False}, False)
+    out, err = capsys.readouterr()
+    assert out == "" and notice in err
