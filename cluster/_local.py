@@ -39,6 +39,7 @@ __all__ = [
     "dead_daemon_state",
     "end_session",
     "local_token_path",
+    "pid_alive",
     "private_ray_temp_dir",
     "prune_ray_sessions",
     "read_state",
@@ -90,7 +91,8 @@ def _write_token(path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, which still answers ``kill(pid, 0)``, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -126,13 +128,13 @@ def read_state() -> dict[str, Any] | None:
     ``cluster up``) has ended what is left of its session: :func:`dead_daemon_state` reads it.
     """
     state = _recorded()
-    return state if state is not None and _alive(_daemon_pid(state)) else None
+    return state if state is not None and pid_alive(_daemon_pid(state)) else None
 
 
 def dead_daemon_state() -> dict[str, Any] | None:
     """The record of a cluster whose daemon is no longer running, or ``None``."""
     state = _recorded()
-    return state if state is not None and not _alive(_daemon_pid(state)) else None
+    return state if state is not None and not pid_alive(_daemon_pid(state)) else None
 
 
 MAX_RAY_FOLDER_CHARS = 38
@@ -192,7 +194,7 @@ def prune_ray_sessions(folder: Path, keep: int = KEEP_RAY_SESSIONS) -> int:
     removed = 0
     for old in sessions[: max(len(sessions) - keep, 0)]:
         pid = old.name.rpartition("_")[2]
-        if old == latest or not pid.isdigit() or _alive(int(pid)):
+        if old == latest or not pid.isdigit() or pid_alive(int(pid)):
             continue
         shutil.rmtree(old, ignore_errors=True)
         removed += 1
@@ -407,12 +409,12 @@ def cluster_down(
 def _is_daemon(pid: int) -> bool:
     """Whether ``pid`` runs clonefleet's cluster daemon (assumed where ``/proc`` cannot say): a
     recorded pid that the system gave to another program since is never signalled."""
-    if not _alive(pid):
+    if not pid_alive(pid):
         return True  # it died (a zombie not yet reaped, even): its pid is nobody else's yet
     try:
         return b"clonefleet.cluster._daemon" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except FileNotFoundError:
-        return not Path("/proc/self").exists() or not _alive(pid)
+        return not Path("/proc/self").exists() or not pid_alive(pid)
     except OSError:
         return True
 
@@ -469,7 +471,7 @@ def _wait_gone(pids: list[int], timeout_s: float) -> list[int]:
     """Wait until none of ``pids`` is alive; the ones still alive."""
     deadline = time.monotonic() + timeout_s
     while True:
-        alive = [p for p in pids if not _reaped(p) and _alive(p)]
+        alive = [p for p in pids if not _reaped(p) and pid_alive(p)]
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.02)

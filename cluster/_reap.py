@@ -126,7 +126,10 @@ def end_instance(temp_dir: Path, owner: int, *, settle_s: float = 0.0) -> int:
 
 
 def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, which still answers ``kill(pid, 0)``, does not)."""
+    """Whether ``pid`` runs (a zombie, which still answers ``kill(pid, 0)``, does not).
+
+    The same as ``_local.pid_alive``, written again: the watchdog runs this file as a script
+    (``python -I -S``, for a start in milliseconds), so it imports nothing of clonefleet's."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

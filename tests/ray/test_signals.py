@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from clonefleet.cluster._local import _alive, private_ray_temp_dir, session_pids
+from clonefleet.cluster._local import pid_alive, private_ray_temp_dir, session_pids
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -184,7 +184,7 @@ def test_status_and_down_after_the_cluster_daemon_was_killed(cli, tmp_path):
         time.sleep(0.05)
     os.kill(daemon, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while _alive(daemon) and time.monotonic() < deadline:
+    while pid_alive(daemon) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert _agents_in(daemon)  # they outlive the daemon by a minute or more
     status = run("cluster", "status")

@@ -154,7 +154,7 @@ def test_cluster_down_ends_every_process_of_the_daemons_session_quickly(tmp_path
         _local.end_session(proc.pid, grace_s=0.0)
     assert took < 3.0
     assert proc.poll() is not None
-    assert _local.session_pids(proc.pid) == [] and not any(_local._alive(k) for k in kids)
+    assert _local.session_pids(proc.pid) == [] and not any(_local.pid_alive(k) for k in kids)
     assert announced == [None]  # not known without asking the scheduler
     assert not (state / "cluster.json").exists() and not (state / "auth_token").exists()
     assert _local.cluster_down() is False
@@ -183,7 +183,7 @@ def test_cluster_down_after_the_daemon_was_killed_ends_what_its_session_left(
     finally:
         _local.end_session(proc.pid, grace_s=0.0)
         proc.wait(timeout=10)
-    assert _local.session_pids(proc.pid) == [] and not any(_local._alive(k) for k in kids)
+    assert _local.session_pids(proc.pid) == [] and not any(_local.pid_alive(k) for k in kids)
     assert not (state / "cluster.json").exists() and not (state / "auth_token").exists()
 
 
