@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import RenderableType
+from rich.console import Console, RenderableType
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
@@ -225,10 +225,19 @@ def _failures(end: RunEnd, kept: Path | None) -> list[RenderableType]:
         head += f" (the first {len(first)} by clone index)"
     out: list[RenderableType] = [Text(head, style="bold red")]
     lines = [Text(failure_line(r, end.details.get(r["job_id"]), 240)) for r in first]
+    out += [Padding(line, (0, 0, 0, 2)) for line in lines]
     rest = len(failures) - len(first)
     if rest:
-        lines.append(Text(f"{rest:,} more: {_rest_command(end, failures, kept)}"))
-    return out + [Padding(line, (0, 0, 0, 2)) for line in lines]
+        # A command to copy: never folded or cut (print_summary prints it whole).
+        out.append(Text(f"  {rest:,} more: {_rest_command(end, failures, kept)}", no_wrap=True))
+    return out
+
+
+def print_summary(console: Console, parts: list[RenderableType]) -> None:
+    """Print :func:`summary`'s parts; a line that must not be folded (a command to copy, marked
+    ``no_wrap``) is printed whole on one line, however narrow the console."""
+    for part in parts:
+        console.print(part, soft_wrap=isinstance(part, Text) and bool(part.no_wrap))
 
 
 _COLUMNS = ("job", "clone", "status", "outcome", "model", "turns", "result / error")

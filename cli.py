@@ -447,7 +447,7 @@ def _watch(fleet: Any, batch: Any, args: argparse.Namespace, sink: Any) -> Any:
 def _summary(
     args: argparse.Namespace, config: Any, fleet: Any, tally: Any, elapsed_s: float
 ) -> None:
-    from ._cli_summary import RunEnd, keep_failures, summary
+    from ._cli_summary import RunEnd, keep_failures, print_summary, summary
 
     end = RunEnd(
         records=tally.ordered_records(),
@@ -460,9 +460,7 @@ def _summary(
         embedded=fleet.embedded,
         address=None if args.address in (None, "auto") else args.address,
     )
-    console = make_console()
-    for part in summary(end, config, table=args.table, kept=keep_failures(end)):
-        console.print(part)
+    print_summary(make_console(), summary(end, config, table=args.table, kept=keep_failures(end)))
 
 
 # -- definitions -------------------------------------------------------------------------

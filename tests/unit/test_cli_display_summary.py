@@ -19,6 +19,7 @@ from clonefleet._cli_summary import (
     RecordFile,
     RunEnd,
     keep_failures,
+    print_summary,
     summary,
 )
 from clonefleet.config import Config
@@ -51,8 +52,7 @@ def record(i: int, *, ok: bool = True, **fields: Any) -> dict[str, Any]:
 
 def render(parts: list[Any], width: int = 120) -> str:
     console = Console(file=io.StringIO(), force_terminal=True, width=width, record=True)
-    for part in parts:
-        console.print(part)
+    print_summary(console, parts)
     return console.export_text()
 
 
@@ -115,6 +115,14 @@ def test_failures_list_the_first_twenty_and_a_command_for_the_rest(tmp_path):
     assert (
         f"  10 more: jq -c 'select(.status != \"completed\" or .outcome != \"success\")' '{out}'"
     ) in text
+
+
+def test_the_command_for_the_rest_is_one_line_however_narrow_the_console(tmp_path):
+    records = [record(i, ok=False) for i in range(25)]
+    out = str(tmp_path / ("deep" * 30) / "records.jsonl")
+    text = render(summary(end_of(records, out_path=out), Config()), width=60)
+    command = f'  5 more: jq -c \'select(.status != "completed" or .outcome != "success")\' {out}'
+    assert command in text.splitlines()
 
 
 def test_failures_on_a_cluster_name_a_jobs_list_command():
