@@ -324,11 +324,20 @@ class SchedulerCore(JobStops):
 
     def _move(self, dead: HostLike, batch_id: str, ids: list[str]) -> list[Move]:
         """Bind unfinished jobs of one batch off a dead host (:meth:`HostPool.move`), in one
-        step; new hosts, if any are needed, take as many jobs as the batch's first hosts did."""
-        per = self._batch_meta[batch_id].clones_per_actor
-        moves = self.hosts.move(
-            dead, ids, per or choose_clones_per_actor(len(ids), self.cpus, self.nodes)
-        )
+        step; new hosts, if any are needed, take as many jobs as the batch's first hosts did.
+
+        Under a cap (the batch's or the fleet's) the live hosts take them all: the cap, not the
+        hosts, sets how many run at once, so the survivors run no more clones than before and
+        nothing waits for a new host to start. Uncapped, every bound job runs at once: a live
+        host takes them only while it holds fewer than the batch's clones per host, and the rest
+        go to new hosts, so the batch keeps its planned spread (piling a dead host's clones onto
+        the survivors would double their load and put more clones in the way of the next death).
+        """
+        meta = self._batch_meta[batch_id]
+        planned = len(self._batches.get(batch_id, ())) or len(ids)
+        per = meta.clones_per_actor or choose_clones_per_actor(planned, self.cpus, self.nodes)
+        capped = meta.max_concurrency is not None or self.max_concurrency is not None
+        moves = self.hosts.move(dead, ids, per, None if capped else per)
         for move in moves:
             for job_id in move.job_ids:
                 self.jobs[job_id].host_id = move.host.host_id

@@ -213,27 +213,35 @@ class HostPool:
         """Busy hosts not known to be dead (their drain loops run), in the order they began."""
         return [h for h in self._draining.values() if h.host_id not in self._dead]
 
-    def move(self, dead: HostLike, job_ids: Sequence[str], per_new: int) -> list[Move]:
+    def move(
+        self, dead: HostLike, job_ids: Sequence[str], per_new: int, fill_to: int | None = None
+    ) -> list[Move]:
         """Move unfinished jobs off a host that is gone, all in one step: to the live busy hosts
-        (each job to the one with the fewest unfinished jobs) or, when none is left, to idle
-        warm hosts and new ones, ``per_new`` jobs each. Returns where each went."""
+        (each job to the one with the fewest unfinished jobs, while it holds fewer than
+        ``fill_to``; ``None``: no limit), then to idle warm hosts and new ones, ``per_new`` jobs
+        each. Returns where each went."""
         self._dead.add(dead.host_id)
         self._host_jobs[dead.host_id].difference_update(job_ids)
         self._open[dead.host_id] -= len(job_ids)
         targets = self.live()
-        if not targets:
-            step = max(per_new, 1)
-            groups = [list(job_ids[i : i + step]) for i in range(0, len(job_ids), step)]
-            moves = [Move(host=self.acquire(), job_ids=g, new=True) for g in groups]
-        else:
-            load = [(self._open.get(h.host_id, 0), n) for n, h in enumerate(targets)]
-            heapq.heapify(load)
-            picked: dict[int, list[str]] = {}
-            for job_id in job_ids:
-                count, n = heapq.heappop(load)
-                picked.setdefault(n, []).append(job_id)
+        limit = math.inf if fill_to is None else fill_to
+        load = [(self._open.get(h.host_id, 0), n) for n, h in enumerate(targets)]
+        load = [(count, n) for count, n in load if count < limit]
+        heapq.heapify(load)
+        picked: dict[int, list[str]] = {}
+        taken = 0
+        while taken < len(job_ids) and load:
+            count, n = heapq.heappop(load)
+            picked.setdefault(n, []).append(job_ids[taken])
+            taken += 1
+            if count + 1 < limit:
                 heapq.heappush(load, (count + 1, n))
-            moves = [Move(host=targets[n], job_ids=ids, new=False) for n, ids in picked.items()]
+        moves = [Move(host=targets[n], job_ids=ids, new=False) for n, ids in picked.items()]
+        left, step = job_ids[taken:], max(per_new, 1)
+        moves.extend(
+            Move(host=self.acquire(), job_ids=list(left[i : i + step]), new=True)
+            for i in range(0, len(left), step)
+        )
         for m in moves:
             self.bind(m.host, m.job_ids)
         return moves

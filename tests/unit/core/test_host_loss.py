@@ -168,6 +168,29 @@ async def test_a_dead_hosts_queue_moves_at_once_to_the_live_host_and_no_host_is_
     await core.aclose()
 
 
+async def test_an_uncapped_batch_keeps_its_spread_a_dead_hosts_clones_go_to_one_new_host():
+    # Uncapped, every bound clone runs at once: piling a dead host's clones onto the survivors
+    # would double their load (and put more clones in the way of the next death). They go,
+    # together, to one new host of the batch's planned size; the survivors keep theirs.
+    pool = LocalHosts()
+    core = SchedulerCore(pool)
+    ids = (await core.submit(submission(core, 9, script=SLOW, per=3)))["job_ids"]
+    assert len(pool.made) == 3
+    await wait_until(lambda: all(j in core._checkpoints for j in ids))
+    dead = core.jobs[ids[0]].host_id
+    victims = [j for j in ids if core.jobs[j].host_id == dead]
+    others = {j: core.jobs[j].host_id for j in ids if j not in victims}
+    pool.host(dead).kill()
+    await wait_until(lambda: all(core.jobs[j].restarts == 1 for j in victims))
+    assert len(pool.made) == 4, "one new host for the dead one's clones"
+    assert {core.jobs[j].host_id for j in victims} == {pool.made[-1].host_id}
+    assert {j: core.jobs[j].host_id for j in others} == others, "the survivors keep their share"
+    await core.cancel_many([core.jobs[ids[0]].batch_id])
+    assert (await core.job_block(ids, timeout_seconds=10))["done"]
+    assert results_per_job(core, ids) == dict.fromkeys(ids, 1)
+    await core.aclose()
+
+
 class RecordingLink:
     """An inbox link that records what the scheduler asks of it."""
 

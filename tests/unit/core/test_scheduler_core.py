@@ -200,17 +200,17 @@ async def test_warm_hosts_are_reused_across_batches_and_dead_ones_replaced():
     assert len(made) == 2
     first = await core.submit(submission(core, 4))
     assert (await core.job_block(first["job_ids"], timeout_seconds=10))["done"]
-    # The dead warm host's clones moved to the live one (no new host); nothing failed.
-    assert len(made) == 2 and {core.jobs[j].state for j in first["job_ids"]} == {JobState.COMPLETED}
-    assert {core.jobs[j].host_id for j in first["job_ids"]} == {"h2"}
+    # Uncapped: the dead warm host's clones moved to one fresh host (the live one already holds
+    # its share of the batch); nothing failed.
+    assert len(made) == 3 and {core.jobs[j].state for j in first["job_ids"]} == {JobState.COMPLETED}
     for _ in range(100):
-        if core.hosts.idle:
+        if len(core.hosts.idle) == 2:
             break
         await core.job_block(first["job_ids"], wait_seconds=0.01)
-    assert [h.host_id for h in core.hosts.idle] == ["h2"], "the dead one is never warm again"
+    assert sorted(h.host_id for h in core.hosts.idle) == ["h2", "h3"], "the dead one never again"
     second = await core.submit(submission(core, 4))
     assert (await core.job_block(second["job_ids"], timeout_seconds=10))["done"]
-    assert len(made) == 3, "the second batch ran on the warm host and one new host"
+    assert len(made) == 3, "the second batch ran on the warm hosts"
     assert {core.jobs[j].host_id for j in second["job_ids"]} == {"h2", "h3"}
     await core.aclose()
 
