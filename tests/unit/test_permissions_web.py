@@ -77,16 +77,6 @@ async def server() -> AsyncIterator[tuple[int, Counter[str]]]:
         await runner.cleanup()
 
 
-@pytest.fixture
-async def access() -> AsyncIterator[list[WebAccess]]:
-    made: list[WebAccess] = []
-    try:
-        yield made
-    finally:
-        for one in made:
-            await one.aclose()
-
-
 def policy(deny: tuple[str, ...] = (), allow: tuple[str, ...] = ()) -> Policy:
     rules = RuleSet(
         source="config",

@@ -98,17 +98,6 @@ async def server() -> AsyncIterator[int]:
         await runner.cleanup()
 
 
-@pytest.fixture
-async def access() -> AsyncIterator[list[WebAccess]]:
-    """Collects the test's :class:`WebAccess` objects and closes them at the end."""
-    made: list[WebAccess] = []
-    try:
-        yield made
-    finally:
-        for web_access in made:
-            await web_access.aclose()
-
-
 def context(made: list[WebAccess], tmp_path, **web_config) -> ToolContext:
     made.append(WebAccess(WebConfig(**web_config)))
     return ToolContext(root=tmp_path, web=made[-1])
