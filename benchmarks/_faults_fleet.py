@@ -16,8 +16,8 @@ from typing import Any
 from _faults_common import Deadline, ends_per_job, log, rounded, tally
 
 from clonefleet import Fleet
-from clonefleet._fleet import Batch, plan_batch
 from clonefleet.config import Config
+from clonefleet.fleet import Batch, plan_batch
 
 __all__ = ["Setup", "host_kill", "idle_hosts_kill", "open_fleet", "scheduler_kill"]
 

@@ -71,8 +71,8 @@ def _delivered_at(fleet: Any, batch_id: str) -> dict[str, float]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from clonefleet import Fleet
-    from clonefleet._fleet import plan_batch
     from clonefleet.config import Config
+    from clonefleet.fleet import plan_batch
 
     steps = [
         {"tool": "progress_update", "args": {"summary": f"t{i}"}, "latency_ms": args.latency_ms}

@@ -68,7 +68,7 @@ def test_a_dollar_budget_without_prices_is_refused_before_anything_starts(cli_ru
 
 
 def test_the_fleet_pages_listings_and_events_over_ray_with_usage_totals(fleet, monkeypatch):
-    from clonefleet import _fleet
+    from clonefleet import fleet as _fleet
 
     batch = fleet.spawn("general-purpose", "page {{ clone.index }}", count=25, budget_tokens=10**9)
     assert fleet.job_block([batch.batch_id], timeout_seconds=90)["done"]

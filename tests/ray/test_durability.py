@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from clonefleet._fleet import plan_batch
 from clonefleet.config import Config
+from clonefleet.fleet import plan_batch
 from clonefleet.journal import read_journal
 
 pytestmark = pytest.mark.timeout(240)

@@ -29,8 +29,8 @@ def test_killed_host_ends_its_jobs_failed_abnormal_with_one_terminal_event(fleet
 
     script = tmp_path / "hang.yaml"
     script.write_text("default:\n  - {hang: true}\n")
-    from clonefleet._fleet import plan_batch
     from clonefleet.config import Config
+    from clonefleet.fleet import plan_batch
 
     # No restarts: the killed host's clone ends at once (restarts: tests/ray/test_durability.py).
     plan = plan_batch(

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from clonefleet._fleet import plan_batch
 from clonefleet.config import Config
 from clonefleet.errors import UnknownJobError, UsageError
+from clonefleet.fleet import plan_batch
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from clonefleet._planning import plan_batch
 from clonefleet.config import Config
+from clonefleet.planning import plan_batch
 
 pytestmark = pytest.mark.timeout(180)
 

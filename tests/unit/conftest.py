@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from clonefleet.actors import WebAccess
+from clonefleet.clone import WebAccess
 
 
 @pytest.fixture

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 import clonefleet.control
-from clonefleet._fleet import Fleet
-from clonefleet.actors import ToolContext, job_tools
-from clonefleet.actors._jobtools import TOOL_METHODS
-from clonefleet.actors.remote import SchedulerControl
+from clonefleet.clone import ToolContext, job_tools
+from clonefleet.clone.tools._jobs import TOOL_METHODS
 from clonefleet.control import JobControl
+from clonefleet.fleet import Fleet
+from clonefleet.host.remote import SchedulerControl
 from clonefleet.scheduler import SchedulerCore
 from clonefleet.scheduler.remote import SchedulerActor
 from clonefleet.vocab import JOB_TOOLS

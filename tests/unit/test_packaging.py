@@ -17,15 +17,15 @@ def run_py(code: str, cwd) -> str:
 
 def test_subpackages_import_from_any_directory_and_nothing_lands_top_level(tmp_path):
     code = (
-        "import importlib.util as u, clonefleet.scheduler, clonefleet.actors, clonefleet.definitions, clonefleet.cluster;"
-        "print([n for n in ('scheduler', 'actors', 'definitions', 'cluster') if u.find_spec(n) is not None])"
+        "import importlib.util as u, clonefleet.scheduler, clonefleet.clone, clonefleet.definitions, clonefleet.cluster;"
+        "print([n for n in ('scheduler', 'clone', 'definitions', 'cluster') if u.find_spec(n) is not None])"
     )
     assert run_py(code, tmp_path) == "[]"
 
 
 def test_pure_core_does_not_import_ray(tmp_path):
     code = (
-        "import sys, clonefleet, clonefleet.actors, clonefleet.scheduler, clonefleet.definitions, clonefleet.testing;"
+        "import sys, clonefleet, clonefleet.clone, clonefleet.scheduler, clonefleet.definitions, clonefleet.testing;"
         "print('ray' in sys.modules)"
     )
     assert run_py(code, tmp_path) == "False"
@@ -44,28 +44,26 @@ def test_cli_help_explains_run(tmp_path):
 
 
 REPO = Path(__file__).resolve().parents[2]
-"""The checkout: the repository root is the package's source folder."""
+"""The checkout; the package's source is ``src/clonefleet``."""
+SOURCE = REPO / "src" / "clonefleet"
 
 
-def _subpackages() -> set[str]:
-    skip = {"tests", "benchmarks", "build", "docs", "dist"}
-    return {
-        p.parent.name
-        for p in REPO.glob("*/__init__.py")
-        if p.parent.name not in skip and not p.parent.name.startswith(".")
-    }
-
-
-def test_every_subpackage_is_packaged_and_shipped_to_remote_clusters():
+def test_every_folder_of_the_package_is_a_package_and_is_shipped_to_remote_clusters():
     import tomllib
 
     import clonefleet
     from clonefleet.cluster import _runtime
 
-    listed = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    subpackages = _subpackages()
-    assert {"actors", "providers", "scheduler", "definitions", "cluster"} <= subpackages
-    assert set(listed) == {"clonefleet"} | {f"clonefleet.{p}" for p in subpackages}
-    assert set(_runtime._SUBPACKAGES) == {""} | subpackages
+    found = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    assert found == {"find": {"where": ["src"]}}
+    folders = {
+        d.relative_to(SOURCE)
+        for d in SOURCE.rglob("*")
+        if d.is_dir() and any(d.glob("*.py")) and "__pycache__" not in d.parts
+    }
+    assert {Path("clone/tools"), Path("scheduler"), Path("cluster")} <= folders
+    assert all((SOURCE / d / "__init__.py").is_file() for d in folders)
     installed = Path(clonefleet.__file__).resolve().parent  # site-packages, or the checkout
-    assert all((installed / p / "__init__.py").is_file() for p in subpackages)
+    shipped = set(_runtime._package_files(installed))
+    assert {d / "__init__.py" for d in folders} <= shipped
+    assert Path("definitions/shipped/general-purpose.md") in shipped

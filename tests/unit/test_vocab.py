@@ -9,7 +9,7 @@ import pytest
 
 import clonefleet
 from clonefleet import vocab
-from clonefleet.actors import WORK_TOOL_TABLE
+from clonefleet.clone import WORK_TOOL_TABLE
 
 pytestmark = pytest.mark.readme_smoke
 

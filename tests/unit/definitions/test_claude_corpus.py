@@ -15,7 +15,7 @@ from typing import Any
 
 from clonefleet.config import Config
 from clonefleet.definitions import validate_lines, validate_report
-from clonefleet.scheduler import clone_tools
+from clonefleet.planning import clone_tools
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "claude_corpus"
 SERVERS = {

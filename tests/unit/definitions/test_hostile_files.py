@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from clonefleet import cli
-from clonefleet._fleet import plan_batch
+from clonefleet.cli import program as cli
 from clonefleet.config import Config
 from clonefleet.definitions import load_file, load_skills, validate_report
 from clonefleet.errors import DefinitionError
+from clonefleet.fleet import plan_batch
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -130,7 +130,12 @@ def test_plain_text_prompts_pass_through_unchanged() -> None:
 
 def test_transclude_includes_a_shipped_fragment() -> None:
     fragment = (
-        Path(__file__).resolve().parents[3] / "definitions" / "fragments" / "reporting.md"
+        Path(__file__).resolve().parents[3]
+        / "src"
+        / "clonefleet"
+        / "definitions"
+        / "fragments"
+        / "reporting.md"
     ).read_text()
     assert _batch(_native("{{ transclude('reporting') }}"), "x")[0].instructions == fragment
 

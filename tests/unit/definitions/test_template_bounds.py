@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from clonefleet.definitions import Definition, Dialect, render_batch
-from clonefleet.definitions._format_limits import format_size, printf_size
-from clonefleet.definitions._limits import MAX_OUTPUT_CHARS
-from clonefleet.definitions._sandbox import _Namespace
-from clonefleet.definitions._sizes import check_keys, text_size
+from clonefleet.definitions.template._format_limits import format_size, printf_size
+from clonefleet.definitions.template._jinja_env import _Namespace
+from clonefleet.definitions.template._limits import MAX_OUTPUT_CHARS
+from clonefleet.definitions.template._sizes import check_keys, text_size
 from clonefleet.errors import TemplateError
 
 pytestmark = pytest.mark.timeout(20)
@@ -367,7 +367,7 @@ def test_a_value_past_the_cap_is_refused_before_it_is_built() -> None:
 def test_title_in_slices_matches_jinja2() -> None:
     from jinja2.filters import do_title
 
-    from clonefleet.definitions._sandbox_filters import _f_title
+    from clonefleet.definitions.template._jinja_filters import _f_title
 
     words = ["ab", "Cd", "\u00e9f", "-", " ", "\t", "(", "[x", "<y", "{z", "--  "]
     text = "".join(words[(i * 7 + i // 3) % len(words)] for i in range(60_000))

@@ -9,8 +9,8 @@ import tracemalloc
 import pytest
 
 from clonefleet.definitions import render_template
-from clonefleet.definitions._render import MAX_TEMPLATE_CODE_CHARS, MAX_TEMPLATE_TAGS
-from clonefleet.definitions._template_code import code_exceeds
+from clonefleet.definitions.template._code_size import code_exceeds
+from clonefleet.definitions.template._render import MAX_TEMPLATE_CODE_CHARS, MAX_TEMPLATE_TAGS
 from clonefleet.errors import TemplateError
 
 pytestmark = pytest.mark.timeout(20)

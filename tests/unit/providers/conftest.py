@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from clonefleet.actors import Candidate
+from clonefleet.clone import Candidate
 from clonefleet.config import ProviderConfig
 from clonefleet.providers import (
     SIM_SERVER,

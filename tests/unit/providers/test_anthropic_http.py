@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from clonefleet.actors import Clone, FailoverModel
+from clonefleet.clone import Clone, FailoverModel
 from clonefleet.config import ProviderConfig
 from clonefleet.errors import AllModelsFailed, ModelBehaviorError, ModelHTTPError, ModelTimeout
 from clonefleet.providers import (

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from clonefleet.actors import Candidate, FailoverModel
+from clonefleet.clone import Candidate, FailoverModel
 from clonefleet.errors import AllModelsFailed, ModelBehaviorError, ModelHTTPError, ModelTimeout
 from clonefleet.providers import HTTPProvider, ModelRequest, OpenAIModel, _http1
 from clonefleet.providers._http1 import Http1Pool, HTTPProtocolError

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from clonefleet.actors import FailoverModel
+from clonefleet.clone import FailoverModel
 from clonefleet.errors import AllModelsFailed, ModelBehaviorError, ModelHTTPError, ModelTimeout
 from clonefleet.providers import Message, Role, SimScript, start_server
 

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from clonefleet.actors import FailoverModel
+from clonefleet.clone import FailoverModel
 from clonefleet.config import ProviderConfig
 from clonefleet.errors import ModelBehaviorError, ModelHTTPError
 from clonefleet.providers import (
@@ -298,7 +298,7 @@ async def test_spend_cap_429_moves_on_at_once(mock_model):
     async def sleep(s: float) -> None:
         delays.append(s)
 
-    from clonefleet.actors import Candidate
+    from clonefleet.clone import Candidate
 
     fm = FailoverModel(
         [
@@ -329,7 +329,7 @@ async def test_failover_passes_every_request_field_on_and_names_the_candidate():
     hot path): a field added to either must be carried there too, or this fails."""
     from dataclasses import fields
 
-    from clonefleet.actors import Candidate
+    from clonefleet.clone import Candidate
     from clonefleet.providers import ModelRequest, ModelResponse, ToolCall, Usage
 
     assert [f.name for f in fields(ModelRequest)] == [

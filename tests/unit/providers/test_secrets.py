@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from clonefleet.actors import Candidate, FailoverModel
+from clonefleet.clone import Candidate, FailoverModel
 from clonefleet.config import ProviderConfig
 from clonefleet.errors import AllModelsFailed, ClonefleetError, ConfigError, ModelError
 from clonefleet.providers import (

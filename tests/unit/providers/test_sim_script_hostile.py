@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from clonefleet import _fleet, cli
+from clonefleet import fleet as _fleet
+from clonefleet.cli import program as cli
 from clonefleet.config import Config
 from clonefleet.errors import ConfigError
 from clonefleet.providers import SimScript, serve_main

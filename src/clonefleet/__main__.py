@@ -1,0 +1,3 @@
+from clonefleet.cli.program import entry
+
+entry()

@@ -1,0 +1,131 @@
+"""The benchmark's report: one summary row per batch size and system, the terminal table, and
+the versions and machine recorded with the results (docs/json.md, ``clonefleet bench``)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+from importlib import metadata
+from typing import Any
+
+from clonefleet.bench._measure import Sample
+from clonefleet.bench._stats import mb, percentile, ratio, rounded, spread
+
+__all__ = ["COLUMNS", "machine", "summarise", "table", "versions"]
+
+
+def summarise(
+    system: str, n: int, runs: list[Sample], params: Any, floor: list[Sample] | None
+) -> dict[str, Any]:
+    """One result row: the repeats of ``system`` at size ``n`` (``floor``: the floor's repeats
+    at the same size, for the ratio)."""
+    makespans = [r.makespan_s for r in runs]
+    median, low, high = spread(makespans) or (0.0, 0.0, 0.0)
+    floor_median = statistics.median(r.makespan_s for r in floor) if floor else None
+    firsts = [ms for r in runs for ms in r.first_request_ms]
+    requests = [r.requests / r.makespan_s for r in runs if r.requests and r.makespan_s > 0]
+    completed = sum(r.completed for r in runs)
+    return {
+        "n": n,
+        "system": system,
+        "repeats": len(runs),
+        "makespan_s": round(median, 3),
+        "makespan_min_s": round(low, 3),
+        "makespan_max_s": round(high, 3),
+        "makespans_s": [round(m, 3) for m in makespans],
+        "clones_per_s": rounded(ratio(n, median), 1),
+        "ratio_to_floor": rounded(ratio(median, floor_median), 2),
+        "first_request_p50_ms": rounded(percentile(firsts, 0.50)),
+        "first_request_p99_ms": rounded(percentile(firsts, 0.99)),
+        "cpu_s_per_clone": round(statistics.median(r.cpu_s for r in runs) / n, 6),
+        "added_rss_mb": mb(max(r.added_rss_b for r in runs)),
+        "added_pss_mb": mb(max(r.added_pss_b for r in runs)),
+        "requests_per_s": rounded(statistics.median(requests), 1) if requests else None,
+        # With a server of one's own (--base-url) its turns and latency are not known.
+        "min_makespan_s": None
+        if params.base_url
+        else round(params.turns * params.latency_ms / 1000, 3),
+        "completed": completed,
+        "clones": n * len(runs),
+        "errors": sorted({e for r in runs for e in r.errors}),
+    }
+
+
+def _spread_cell(row: dict[str, Any]) -> str:
+    return f"{row['makespan_min_s']:.3f}-{row['makespan_max_s']:.3f}"
+
+
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("N", "n", "d"),
+    ("system", "system", "s"),
+    ("makespan s", "makespan_s", ".3f"),
+    ("min-max s", "spread", "s"),
+    ("clones/s", "clones_per_s", ".1f"),
+    ("x floor", "ratio_to_floor", ".2f"),
+    ("1st req p50 ms", "first_request_p50_ms", ".1f"),
+    ("p99 ms", "first_request_p99_ms", ".1f"),
+    ("CPU s/clone", "cpu_s_per_clone", ".5f"),
+    ("added MB", "added_rss_mb", ".1f"),
+    ("req/s", "requests_per_s", ".1f"),
+    ("min s", "min_makespan_s", ".3f"),
+    ("ok", "ok", "s"),
+)
+"""(title, key of a result row, format) of each column of :func:`table`."""
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    if "skipped" in row:
+        return [str(row["n"]), row["system"], f"skipped: {row['skipped']}"]
+    shown = {**row, "spread": _spread_cell(row), "ok": f"{row['completed']}/{row['clones']}"}
+    return ["-" if shown.get(k) is None else format(shown[k], spec) for _, k, spec in COLUMNS]
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """The results as a plain-text table, one line per batch size and system (a skipped
+    baseline gets its reason instead of figures)."""
+    head = [title for title, _, _ in COLUMNS]
+    rows = [_cells(r) for r in results]
+    full = [r for r in rows if len(r) == len(head)]
+    widths = [max(len(r[i]) for r in [head, *full]) for i in range(len(head))]
+
+    def line(cells: list[str]) -> str:
+        if len(cells) < len(head):  # a skipped row: N, system, then the reason
+            return " ".join(c.rjust(w) for c, w in zip(cells[:2], widths, strict=False)) + (
+                " " + cells[2]
+            )
+        return " ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
+
+    lines = [line(head), *(line(r) for r in rows)]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of clonefleet, Ray, Python and aiohttp."""
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for dist in ("clonefleet", "ray", "aiohttp"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def machine() -> dict[str, Any]:
+    """CPUs, memory, platform and load average of this machine."""
+    total_mb = None
+    try:
+        total_mb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e6)
+    except (ValueError, OSError):
+        pass
+    try:
+        load: list[float] | None = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        load = None
+    return {
+        "cpus": os.cpu_count(),
+        "memory_mb": total_mb,
+        "platform": platform.platform(),
+        "load_average": load,
+    }

@@ -1,0 +1,246 @@
+"""The benchmark run: the server, one warm Fleet, every batch size repeated for each system.
+
+:func:`run_bench` measures and returns the report as JSON-ready data; it prints nothing (a
+``progress`` callback hears what it is doing). The table and plot are drawn elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Any
+
+from clonefleet.bench._measure import Sample, measure_actors, measure_clonefleet, measure_floor
+from clonefleet.bench._procs import ProcWatch
+from clonefleet.bench._report import machine, summarise, versions
+from clonefleet.bench._server import Server
+from clonefleet.config import Config, DurabilityConfig, ModelConfig, ProviderConfig
+from clonefleet.errors import UsageError
+
+__all__ = ["BASELINES", "SYSTEMS", "BenchParams", "run_bench"]
+
+BASELINES = ("floor", "actor-per-clone")
+"""The baselines ``--baselines`` may name."""
+SYSTEMS = ("clonefleet", *BASELINES)
+
+_ACTOR_MB_GUESS = 90.0
+"""Memory of one actor before one was measured (a Ray worker process), in MB."""
+_ACTOR_RATE_GUESS = 2.0
+"""Actors started per second before any was measured."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchParams:
+    """What ``clonefleet bench`` measures (docs/benchmarks.md)."""
+
+    counts: tuple[int, ...] = (10, 100, 1000)
+    """Batch sizes, in order."""
+    turns: int = 2
+    """Model requests per clone (the last one calls ``exit_tool``)."""
+    latency_ms: float = 200.0
+    """The simulated provider's delay per request, in milliseconds."""
+    repeat: int = 3
+    """Batches of each size per system; makespans are reported as median and spread."""
+    address: str | None = None
+    """Ray address (``None``: embedded local Ray)."""
+    base_url: str | None = None
+    """An OpenAI-compatible server to use instead of starting the simulated one."""
+    baselines: tuple[str, ...] = BASELINES
+    """Baselines measured in the same run."""
+    seed: int = 0
+    """Seed of the simulated provider."""
+    journal: bool = True
+    """Keep the scheduler's journal (as users run it)."""
+    clones_per_actor: int | None = None
+    """Override clonefleet's choice of clones per host actor."""
+    floor_connections: int = 1000
+    """Connections the floor's session opens at most (the pool of one clonefleet host)."""
+    actor_max: int = 100
+    """Largest batch the actor-per-clone baseline runs; larger ones are skipped."""
+    time_limit_s: float = 600.0
+    """Longest wait for one batch, in seconds."""
+
+    def check(self) -> None:
+        """Raises:
+        UsageError: a value out of range or an unknown baseline."""
+        if not self.counts or min(self.counts) < 1:
+            raise UsageError("--count takes batch sizes of 1 or more")
+        if self.turns < 1 or self.repeat < 1:
+            raise UsageError("--turns and --repeat take whole numbers of 1 or more")
+        if self.latency_ms < 0 or self.time_limit_s <= 0:
+            raise UsageError("--latency-ms must be 0 or more and the time limit positive")
+        unknown = sorted(set(self.baselines) - set(BASELINES))
+        if unknown:
+            raise UsageError(f"unknown baseline {unknown[0]!r}; choose from {', '.join(BASELINES)}")
+
+
+Progress = Callable[[str, int], None]
+"""``progress(text, steps_done)``: what the run is doing, and how many of :func:`steps` that
+ended (1 after each batch, the repeats of a baseline skipped at a size, else 0)."""
+
+
+def steps(params: BenchParams) -> int:
+    """Batches the run makes at most (for a progress bar)."""
+    return len(params.counts) * params.repeat * (1 + len(params.baselines))
+
+
+def _config(params: BenchParams, base_url: str) -> Config:
+    return Config(
+        providers={"srv": ProviderConfig(kind="openai", base_url=base_url)},
+        models={"m": ModelConfig(provider="srv", name="sim")},
+        model_groups={"default": ("m",)},
+        durability=DurabilityConfig(enabled=params.journal),
+    )
+
+
+def run_bench(params: BenchParams, progress: Progress | None = None) -> dict[str, Any]:
+    """Measure every batch size of ``params`` for clonefleet and the baselines.
+
+    Returns:
+        The report (docs/json.md, ``clonefleet bench``): ``params``, ``versions``, ``machine``,
+        ``startup`` and one entry of ``results`` per batch size and system.
+
+    Raises:
+        UsageError: bad parameters.
+        ClusterError: the server or Ray could not start.
+    """
+    from clonefleet.fleet import Fleet
+
+    params.check()
+    say: Progress = progress or (lambda _text, _steps: None)
+    load_before = machine()["load_average"]
+    server = Server(params.latency_ms, params.seed, params.turns, params.base_url)
+    watch = ProcWatch(exclude={server.proc.pid} if server.proc else set())
+    try:
+        with tempfile.TemporaryDirectory(prefix="clonefleet-bench-") as cwd:
+            say("starting Ray and the warm clone hosts", 0)
+            p0 = time.perf_counter()
+            fleet = Fleet(params.address, config=_config(params, server.base_url), cwd=cwd)
+            try:
+                startup = {"ray_start_s": round(time.perf_counter() - p0, 2)}
+                p1 = time.perf_counter()
+                startup["warm_hosts"] = fleet.wait_ready()
+                startup["warm_hosts_s"] = round(time.perf_counter() - p1, 2)
+                results = _sizes(fleet, server, watch, params, say)
+            finally:
+                fleet.close()
+    finally:
+        server.stop()
+    return {
+        "params": {**asdict(params), "server_url": server.base_url},
+        "versions": versions(),
+        "machine": {**machine(), "load_average_before": load_before},
+        "startup": startup,
+        "results": results,
+    }
+
+
+def _sizes(
+    fleet: Any, server: Server, watch: ProcWatch, params: BenchParams, say: Progress
+) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    learned: dict[str, float] = {}
+    for n in params.counts:
+        samples: dict[str, list[Sample]] = {}
+        samples["clonefleet"] = _repeat(
+            "clonefleet",
+            n,
+            params,
+            say,
+            partial(measure_clonefleet, fleet, server, watch, n, params=params),
+        )
+        template = _template(server)
+        for name in params.baselines:
+            reason = _skip(name, n, params, template, learned)
+            if reason is not None:
+                say(f"N={n} {name}: skipped ({reason})", params.repeat)
+                results.append({"n": n, "system": name, "skipped": reason})
+                continue
+            samples[name] = _baseline(name, n, server, watch, template or {}, params, say)
+            if name == "actor-per-clone":
+                _learn(learned, n, samples[name])
+        floor = samples.get("floor")
+        results.extend(summarise(name, n, runs, params, floor) for name, runs in samples.items())
+    return sorted(results, key=lambda r: (r["n"], SYSTEMS.index(r["system"])))
+
+
+def _repeat(
+    name: str, n: int, params: BenchParams, say: Progress, once: Callable[[], Sample]
+) -> list[Sample]:
+    runs = []
+    for i in range(params.repeat):
+        say(f"N={n} {name} {i + 1}/{params.repeat}", 0)
+        runs.append(once())
+        say(f"N={n} {name} {i + 1}/{params.repeat}: {runs[-1].makespan_s:.3f} s", 1)
+    return runs
+
+
+def _baseline(
+    name: str,
+    n: int,
+    server: Server,
+    watch: ProcWatch,
+    template: dict[str, Any],
+    params: BenchParams,
+    say: Progress,
+) -> list[Sample]:
+    measure = measure_floor if name == "floor" else measure_actors
+    counter = iter(range(params.repeat))
+
+    def once() -> Sample:
+        tag = f"{name}-{n}-{next(counter)}-{time.time_ns()}"
+        return measure(server, watch, n, template, tag, params=params)
+
+    return _repeat(name, n, params, say, once)
+
+
+def _template(server: Server) -> dict[str, Any] | None:
+    """The body of the first chat request a clone sent, without its ``user`` (the baselines
+    replay it); ``None`` when the server cannot say."""
+    stats = server.stats()
+    if not stats or not stats.get("sample"):
+        return None
+    body: dict[str, Any] = json.loads(stats["sample"])
+    body.pop("user", None)
+    return body
+
+
+def _skip(
+    name: str, n: int, params: BenchParams, template: Any, learned: dict[str, float]
+) -> str | None:
+    """Why a baseline is not measured at size ``n`` (``None``: it is)."""
+    if template is None:
+        return "the server keeps no request to replay (/bench/stats); needs the benchmark's server"
+    if name != "actor-per-clone":
+        return None
+    if n > params.actor_max:
+        return f"N > {params.actor_max} (--actor-max): one process per clone"
+    per_actor_mb = learned.get("mb_per_actor", _ACTOR_MB_GUESS)
+    free_mb = _available_mb()
+    if free_mb is not None and n * per_actor_mb > free_mb / 2:
+        return f"needs ~{n * per_actor_mb:.0f} MB ({per_actor_mb:.0f} MB an actor), over half the {free_mb:.0f} MB free"
+    rate = learned.get("actors_per_s", _ACTOR_RATE_GUESS)
+    if n / rate > params.time_limit_s:
+        return f"~{n / rate:.0f} s to start at {rate:.1f} actors/s, over the time limit"
+    return None
+
+
+def _learn(learned: dict[str, float], n: int, runs: list[Sample]) -> None:
+    """Per-actor memory and start rate from a measured actor-per-clone size."""
+    learned["mb_per_actor"] = max(max(r.added_rss_b for r in runs) / n / 1e6, 1.0)
+    learned["actors_per_s"] = max(n / min(r.makespan_s for r in runs), 0.1)
+
+
+def _available_mb() -> float | None:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1000
+    except OSError:
+        pass
+    return None

@@ -1,0 +1,220 @@
+"""``clonefleet bench``: its arguments and what it prints (docs/cli.md, docs/benchmarks.md).
+
+The measuring is :func:`clonefleet.bench.run_bench`; this module turns the command line into
+:class:`~clonefleet.bench.BenchParams`, shows progress, prints the table and writes the files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_bench_parser", "cmd_bench"]
+
+_EPILOG = """\
+Columns: makespan s (median over the repeats, from spawn to the last clone's end), min-max s
+(its spread), clones/s, x floor (makespan over the floor's), 1st req p50/p99 ms (spawn to each
+clone's first model request), CPU s/clone (this process and Ray's, the server's left out), added
+MB (peak memory added), req/s (model requests per second), min s (turns x latency), ok.
+Exit status: 0 when every clonefleet batch completed successfully (a baseline's failures show
+in its ok column), 1 otherwise, 2 for usage errors."""
+
+
+def _counts(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"takes sizes like 10,100,1000 (1 or more), got {text!r}")
+    return values
+
+
+def _whole(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, got {text!r}")
+    return value
+
+
+def _baselines(text: str) -> tuple[str, ...]:
+    from clonefleet.bench import BASELINES
+
+    names = tuple(p.strip() for p in text.split(",") if p.strip() and p.strip() != "none")
+    unknown = [n for n in names if n not in BASELINES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown baseline {unknown[0]!r}; choose from {', '.join(BASELINES)} or none"
+        )
+    return names
+
+
+def add_bench_parser(sub: Any) -> None:
+    """Register ``clonefleet bench`` on the sub-command parsers ``sub``."""
+    bench = sub.add_parser(
+        "bench",
+        help="measure fan-out against an asyncio floor and one Ray actor per clone",
+        description="Run warm counted batches of each size against a simulated provider served\n"
+        "on 127.0.0.1, and the same requests from a single-process asyncio loop (the floor)\n"
+        "and from one Ray actor per clone; print a table, optionally write JSON and a plot.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench.add_argument(
+        "--count",
+        type=_counts,
+        action="append",
+        metavar="N[,N...]",
+        help="batch sizes, comma-separated or repeated (default 10,100,1000)",
+    )
+    bench.add_argument(
+        "--turns", type=_whole, default=2, metavar="T", help="model requests per clone (default 2)"
+    )
+    bench.add_argument(
+        "--latency-ms",
+        type=float,
+        default=200.0,
+        metavar="L",
+        help="simulated provider delay per request, ms (default 200)",
+    )
+    bench.add_argument(
+        "--repeat",
+        type=_whole,
+        default=3,
+        metavar="R",
+        help="batches per size and system (default 3)",
+    )
+    bench.add_argument(
+        "--baselines",
+        type=_baselines,
+        default=("floor", "actor-per-clone"),
+        metavar="LIST",
+        help="baselines to measure: floor, actor-per-clone, both comma-separated (the default) "
+        "or none",
+    )
+    _add_where(bench)
+    _add_outputs(bench)
+
+
+def _add_where(bench: argparse.ArgumentParser) -> None:
+    bench.add_argument(
+        "--address",
+        metavar="ADDR",
+        help="Ray address: auto, ray://host:port (default: embedded local Ray)",
+    )
+    bench.add_argument(
+        "--base-url",
+        metavar="URL",
+        help="an OpenAI-compatible server (.../v1) to use instead of starting the simulated one; "
+        "--turns and --latency-ms are then that server's business",
+    )
+    bench.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="seed of the simulated provider"
+    )
+    bench.add_argument(
+        "--journal",
+        choices=("on", "off"),
+        default="on",
+        help="keep the scheduler's journal (on, as users run it) or measure without it",
+    )
+    bench.add_argument(
+        "--clones-per-actor", type=_whole, metavar="K", help="override clonefleet's choice"
+    )
+    bench.add_argument(
+        "--floor-connections",
+        type=_whole,
+        default=1000,
+        metavar="C",
+        help="connections the floor opens at most (default 1000, one clonefleet host's pool)",
+    )
+    bench.add_argument(
+        "--actor-max",
+        type=_whole,
+        default=100,
+        metavar="N",
+        help="largest size the actor-per-clone baseline runs (default 100); it is also skipped "
+        "where its measured memory per actor or start rate would not fit",
+    )
+    bench.add_argument(
+        "--time-limit-s",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="longest wait for one batch (default 600)",
+    )
+
+
+def _add_outputs(bench: argparse.ArgumentParser) -> None:
+    bench.add_argument(
+        "--json", metavar="FILE", help="write the parameters, versions, machine and results"
+    )
+    bench.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw makespan and ratio against batch size (needs the plot extra: matplotlib)",
+    )
+
+
+def params_of(args: argparse.Namespace) -> Any:
+    """The :class:`~clonefleet.bench.BenchParams` of a parsed command line."""
+    from clonefleet.bench import BenchParams
+
+    counts = [n for group in (args.count or [[10, 100, 1000]]) for n in group]
+    return BenchParams(
+        counts=tuple(dict.fromkeys(counts)),
+        turns=args.turns,
+        latency_ms=args.latency_ms,
+        repeat=args.repeat,
+        address=args.address,
+        base_url=args.base_url,
+        baselines=args.baselines,
+        seed=args.seed,
+        journal=args.journal == "on",
+        clones_per_actor=args.clones_per_actor,
+        floor_connections=args.floor_connections,
+        actor_max=args.actor_max,
+        time_limit_s=args.time_limit_s,
+    )
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the benchmark; 0 when every clonefleet batch completed successfully, else 1."""
+    from clonefleet.bench import ProgressDisplay, check_plotting, plot, run_bench, steps, table
+
+    params = params_of(args)
+    params.check()
+    if args.plot:
+        check_plotting()  # before anything starts
+    with ProgressDisplay(steps(params)) as progress:
+        report = run_bench(params, progress)
+    _print(report, table(report["results"]))
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        sys.stderr.write(f"wrote {path}\n")
+    if args.plot:
+        sys.stderr.write(f"wrote {plot(report, args.plot)}\n")
+    # A baseline's failures (actors that died for want of memory, say) are in its `ok` column;
+    # only clonefleet's own batches decide the exit status.
+    ours = [r for r in report["results"] if r["system"] == "clonefleet"]
+    return 0 if all(r["completed"] == r["clones"] for r in ours) else 1
+
+
+def _print(report: dict[str, Any], text: str) -> None:
+    p, s, m = report["params"], report["startup"], report["machine"]
+    server = p["base_url"] if p["base_url"] else f"{p['turns']} turns x {p['latency_ms']:g} ms"
+    sys.stdout.write(
+        f"clonefleet bench: {server}, {p['repeat']} repeats, "
+        f"journal {'on' if p['journal'] else 'off'}; {m['cpus']} CPUs, "
+        f"clonefleet {report['versions']['clonefleet']}, ray {report['versions']['ray']}\n"
+        f"start-up (not in the makespans): Ray {s['ray_start_s']} s, "
+        f"{s['warm_hosts']} warm hosts {s['warm_hosts_s']} s\n{text}\n"
+    )
+    sys.stdout.flush()

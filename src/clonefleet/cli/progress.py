@@ -1,0 +1,321 @@
+"""What ``clonefleet run`` shows while its batch runs (docs/cli.md).
+
+:func:`watch` reads the batch's events page by page and keeps a :class:`Tally` of it; views
+show that tally: on a terminal one ``rich`` live region (a rolling panel of the latest progress
+lines above one progress bar) with each failure printed above it as it happens; elsewhere a
+plain line every few seconds. ``exec: progress {...}`` lines go to stderr when it is not a
+terminal, or with ``--progress-lines``. Records are written (``--json``, ``--out``) as each job
+ends. The end-of-run summary is :mod:`clonefleet.cli.summary`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TextIO
+
+from clonefleet.config import printable
+from clonefleet.vocab import EventType, succeeded
+
+__all__ = ["ProgressNote", "Tally", "failure_line", "watch"]
+
+ROLLING_LINES = 6
+"""Latest progress lines the live panel shows."""
+REFRESH_S = 0.25
+"""Least time between two redraws of the live display (at most 4 a second, however many
+events arrive), and between two writes of buffered ``exec: progress`` lines."""
+PLAIN_EVERY_S = 2.0
+"""Least time between two plain progress lines (stderr not a terminal)."""
+FAILURES_SHOWN = 50
+"""Failures printed as they happen; later ones are only counted (the summary lists them)."""
+RATE_WINDOW_S = 20.0
+"""Span over which the completion rate (and so the ETA) is measured."""
+PAGE_WAIT_S = 0.5
+"""How long one read of events waits for the next event: the display is redrawn at least this
+often while nothing happens."""
+
+Clock = Callable[[], float]
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    """``text`` made printable, on one line, at most ``limit`` characters."""
+    flat = printable(" ".join(str(text).split()))
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProgressNote:
+    """One ``progress_update`` of one clone."""
+
+    job_id: str
+    clone_index: int
+    progress: dict[str, Any]
+    """The tool's arguments (``summary``)."""
+
+    @property
+    def line(self) -> str:
+        """``#17 sa_1a2b3c4d: reading files`` (printable, one line)."""
+        summary = self.progress.get("summary")
+        text = summary if isinstance(summary, str) else json.dumps(self.progress, default=str)
+        return f"#{self.clone_index} {self.job_id}: {_one_line(text)}"
+
+    @property
+    def exec_line(self) -> str:
+        """``exec: progress {"job_id": ..., "clone_index": ..., "summary": ...}``."""
+        named = {"job_id": self.job_id, "clone_index": self.clone_index}
+        return "exec: progress " + json.dumps({**named, **self.progress}, default=str)
+
+
+def failure_line(record: dict[str, Any], detail: str | None = None, limit: int = 300) -> str:
+    """``#3 sa_1a2b3c4d failed (failed): Error: subagent run failed; <detail>``, one line."""
+    status, reason = record["status"], record["stop_reason"]
+    head = f"#{record['clone_index']} {record['job_id']} {status}"
+    if reason and reason != status:
+        head += f" ({reason})"
+    what = record["error"] or f"outcome {record['outcome']}"
+    if not record["error"] and isinstance(record["result"], dict):
+        what += f": {record['result'].get('summary', '')}"
+    if detail:
+        what += f"; {detail}"
+    return f"{head}: {_one_line(what, limit)}"
+
+
+class Rate:
+    """Jobs ended per second over the last :data:`RATE_WINDOW_S`, and the time left."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._samples: deque[tuple[float, int]] = deque()
+
+    def sample(self, done: int) -> None:
+        now = self._clock()
+        self._samples.append((now, done))
+        while len(self._samples) > 2 and now - self._samples[0][0] > RATE_WINDOW_S:
+            self._samples.popleft()
+
+    def per_s(self) -> float | None:
+        if len(self._samples) < 2:
+            return None
+        (t0, d0), (t1, d1) = self._samples[0], self._samples[-1]
+        return (d1 - d0) / (t1 - t0) if t1 > t0 else None
+
+    def eta_s(self, left: int) -> float | None:
+        rate = self.per_s()
+        if left == 0:
+            return 0.0
+        return left / rate if rate else None
+
+
+def clock_text(seconds: float | None) -> str:
+    """``1:02:03``, ``2:03`` or ``-`` for unknown."""
+    if seconds is None:
+        return "-"
+    whole = int(seconds + 0.5)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+class Tally:
+    """A batch's counts as its events arrive: started, ended, failed; the latest progress
+    lines; each job's record and the detail of its ``error`` event."""
+
+    def __init__(
+        self, job_ids: Sequence[str], *, batch_id: str = "", clock: Clock = time.monotonic
+    ) -> None:
+        self.batch_id, self.job_ids = batch_id, tuple(job_ids)
+        self.index = {job: i for i, job in enumerate(self.job_ids)}
+        self.clock, self.started_at = clock, clock()
+        self.ended_at: float | None = None
+        """When the watch ended (all jobs ended, or it was interrupted)."""
+        self.running: set[str] = set()
+        self.records: dict[str, dict[str, Any]] = {}
+        self.failed = 0
+        self.details: dict[str, str] = {}
+        self.latest: deque[ProgressNote] = deque(maxlen=ROLLING_LINES)
+        self.rate = Rate(clock)
+        self.rate.sample(0)
+
+    @property
+    def total(self) -> int:
+        return len(self.job_ids)
+
+    @property
+    def done(self) -> int:
+        return len(self.records)
+
+    @property
+    def all_ended(self) -> bool:
+        """Whether every job of the batch has its record (records of other jobs do not count)."""
+        return self.done >= self.total and all(job in self.records for job in self.job_ids)
+
+    @property
+    def queued(self) -> int:
+        return max(self.total - self.done - len(self.running), 0)
+
+    @property
+    def elapsed_s(self) -> float:
+        end = self.clock() if self.ended_at is None else self.ended_at
+        return end - self.started_at
+
+    def ordered_records(self) -> list[dict[str, Any]]:
+        """The records so far, in clone order."""
+        return [self.records[j] for j in self.job_ids if j in self.records]
+
+    def counts_text(self, sep: str = ", ") -> str:
+        """``running 5, queued 0, failed 1, 3.2/s, ETA 0:04, elapsed 0:12``."""
+        rate = self.rate.per_s()
+        parts = (
+            f"running {len(self.running):,}",
+            f"queued {self.queued:,}",
+            f"failed {self.failed:,}",
+            f"{'-' if rate is None else f'{rate:,.1f}'}/s",
+            f"ETA {clock_text(self.rate.eta_s(self.total - self.done))}",
+            f"elapsed {clock_text(self.elapsed_s)}",
+        )
+        return sep.join(parts)
+
+
+class View(Protocol):
+    """Something that shows a batch as it runs."""
+
+    def progress(self, note: ProgressNote) -> None: ...
+
+    def failure(self, record: dict[str, Any], detail: str | None) -> None: ...
+
+    def flush(self, tally: Tally, *, final: bool = False) -> None:
+        """Show what changed (called after each page of events; may do nothing yet)."""
+
+    def close(self) -> None: ...
+
+
+def _pages(
+    fleet: Any, target: str, all_ended: Callable[[], bool] = lambda: False
+) -> Iterator[list[dict[str, Any]]]:
+    """The target's lifecycle events page by page until all its jobs have ended (an empty page
+    at least every :data:`PAGE_WAIT_S`), as :meth:`Fleet.follow` reads them.
+
+    ``all_ended`` (asked after each page is used) says when the caller has seen every job end:
+    then one last page is read without waiting, instead of waiting out a whole empty page.
+    """
+    cursor = 0
+    while True:
+        page = fleet.events(target, cursor=cursor, level="lifecycle", wait_s=PAGE_WAIT_S)
+        cursor = page["cursor"]
+        yield page["events"]
+        if all_ended() or (not page["events"] and fleet.remaining([target]) == 0):
+            yield fleet.events(target, cursor=cursor, level="lifecycle")["events"]
+            return
+
+
+class Watcher:
+    """Feeds events into a :class:`Tally`, its views and the record writers."""
+
+    def __init__(
+        self,
+        tally: Tally,
+        views: Sequence[View],
+        writers: Sequence[Callable[[dict[str, Any]], None]] = (),
+    ) -> None:
+        self.tally, self.views, self.writers = tally, tuple(views), tuple(writers)
+
+    def apply(self, env: dict[str, Any]) -> None:
+        event, job = env["event"], env["subagent_run_id"]
+        kind, tally = event["type"], self.tally
+        if kind == EventType.PROGRESS:
+            progress = event.get("progress")
+            note = ProgressNote(
+                job_id=job,
+                clone_index=tally.index.get(job, -1),
+                progress=progress if isinstance(progress, dict) else {"summary": progress},
+            )
+            tally.latest.append(note)
+            for view in self.views:
+                view.progress(note)
+        elif kind == EventType.STARTED and job not in tally.records:
+            tally.running.add(job)  # once, though a restarted clone starts again
+        elif kind == EventType.ERROR:
+            tally.details[job] = _one_line(str(event.get("detail") or ""), 500)
+        elif kind == EventType.RESULT:
+            self._ended(job, event["record"])
+
+    def _ended(self, job: str, record: dict[str, Any]) -> None:
+        tally = self.tally
+        tally.running.discard(job)
+        tally.records[job] = record
+        for write in self.writers:
+            write(record)
+        if not succeeded(record):
+            tally.failed += 1
+            for view in self.views:
+                view.failure(record, tally.details.get(job))
+
+    def page(self, events: list[dict[str, Any]]) -> None:
+        for env in events:
+            self.apply(env)
+        self.tally.rate.sample(self.tally.done)
+        for view in self.views:
+            view.flush(self.tally)
+
+    def close(self) -> None:
+        self.tally.ended_at = self.tally.clock()
+        for view in self.views:
+            view.flush(self.tally, final=True)
+        for view in self.views:
+            view.close()
+
+
+def watch(
+    fleet: Any,
+    batch: Any,
+    *,
+    as_json: bool = False,
+    progress_lines: bool = False,
+    writers: Sequence[Callable[[dict[str, Any]], None]] = (),
+    stream: TextIO | None = None,
+) -> Tally:
+    """Follow ``batch`` on ``fleet`` until every job has ended; returns its tally.
+
+    ``stream`` (default stderr) gets the live display when it is a terminal, else plain lines
+    (not with ``as_json``); ``exec: progress`` lines go there when it is not a terminal or
+    with ``progress_lines``. With ``as_json`` each record is printed to stdout as it ends;
+    ``writers`` get each record too (``--out``).
+    """
+    from clonefleet.cli.views import ExecLines, LiveView, PlainView
+
+    stream = stream or sys.stderr
+    tally = Tally(batch.job_ids, batch_id=batch.batch_id)
+    views: list[View] = []
+    if stream.isatty():
+        from rich.console import Console
+
+        live = LiveView(Console(file=stream, highlight=False), tally)
+        # Lines first: each flush prints them above the region, then the region is redrawn.
+        views = [ExecLines(live.console_write), live] if progress_lines else [live]
+    else:
+        views.append(ExecLines(lambda text: _write(stream, text)))
+        if not as_json:
+            views.append(PlainView(stream))
+    if as_json:
+        writers = (_print_record, *writers)
+    watcher = Watcher(tally, views, writers)
+    try:
+        for events in _pages(fleet, batch.batch_id, lambda: tally.all_ended):
+            watcher.page(events)
+    finally:
+        watcher.close()
+    return tally
+
+
+def _write(stream: TextIO, text: str) -> None:
+    stream.write(text)
+    stream.flush()
+
+
+def _print_record(record: dict[str, Any]) -> None:
+    # sys.stdout looked up now: above the live display when stdout is its terminal.
+    _write(sys.stdout, json.dumps(record) + "\n")

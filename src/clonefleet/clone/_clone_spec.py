@@ -1,0 +1,94 @@
+"""Specs and results that cross the process boundary between scheduler and clone hosts.
+
+Everything here is frozen, keyword-only, module-level and picklable. A :class:`CloneSpec` carries
+the fully rendered launch metadata of one clone; retries and failover never re-render it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from clonefleet.clone.tools._table import Tool
+from clonefleet.permissions import ALLOW_ALL, Policy
+from clonefleet.vocab import StopReason, run_record
+
+__all__ = ["CloneSpec", "RunResult"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CloneSpec:
+    """Everything a clone host needs to run one clone."""
+
+    job_id: str
+    batch_id: str
+    agent: str
+    clone_index: int
+    clone_count: int
+    instructions: str
+    """Rendered definition body (the system prompt suffix)."""
+    task: str
+    """Rendered task: the clone's first user message."""
+    skills: tuple[tuple[str, str], ...] = ()
+    """Injected skills as ``(name, body)``; they stay through compaction."""
+    tools: tuple[str, ...] = ()
+    """Names of built-in/extra tools the clone may call (control tools are always present)."""
+    undeferred_tools: tuple[str, ...] = ()
+    """Tools shown in full up front; when empty, every tool is shown in full."""
+    extra_tools: tuple[Tool, ...] = ()
+    """Python-function tools registered in code."""
+    exit_schema: dict[str, Any] = field(default_factory=dict)
+    exit_schema_declared: bool = False
+    candidates: tuple[str, ...] = ("sim-small",)
+    """Model keys of the clone's group, in group order."""
+    start: int = 0
+    """Index of the clone's starting candidate (clone index mod group size)."""
+    fallbacks: tuple[str, ...] = ()
+    max_turns: int = 50
+    max_tokens: int | None = None
+    """Token budget of the whole run (input + output); ``None`` = unlimited."""
+    context_budget_tokens: int = 100_000
+    """When the context estimate passes this, older turns are compacted."""
+    cwd: str = "."
+    warnings: tuple[str, ...] = ()
+    parent: str | None = None
+    """Job id of the spawning clone, for nested spawns."""
+    depth: int = 0
+    """Nesting depth: 0 for a batch started by a user."""
+    allow_subagent_spawn: bool = False
+    """Gives the clone the ``subagent`` and job-control tools."""
+    available_skills: tuple[tuple[str, str, str], ...] = ()
+    """``(name, description, body)`` of skills the definition's own policy allows the model to
+    load with the ``skill`` tool (model-invocation-disabled skills excluded)."""
+    policy: Policy = ALLOW_ALL
+    """The permission policy every tool call of the clone is checked against (docs/permissions.md)."""
+    mcp_servers: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """``(name, server config)`` of the MCP servers the definition itself declares (its
+    ``mcpServers``), beside those of the config."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunResult:
+    """How one job's clone run ended; the fields of ``run --json`` (docs/json.md)."""
+
+    job_id: str
+    batch_id: str
+    agent: str
+    clone_index: int
+    status: str
+    stop_reason: StopReason
+    outcome: str | None
+    result: Any
+    salvaged: bool = False
+    nonconforming: bool = False
+    concerns: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    error: str | None = None
+    model: str | None = None
+    turns: int = 0
+    usage: dict[str, int] = field(
+        default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        return run_record(self)

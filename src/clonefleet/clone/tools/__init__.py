@@ -1,0 +1,3 @@
+"""The tools a clone's model can call: work tools, job-control tools, and the control tools
+every clone has.
+"""

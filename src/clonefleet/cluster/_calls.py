@@ -1,0 +1,202 @@
+"""Calls on the scheduler actor from a client: connecting, deadlines, retries, Ray's errors.
+
+Every call gets a deadline; a call that only reads is made again, with short backoff, while
+Ray restarts the scheduler. Ray's errors are turned into ours here (the :class:`~clonefleet.Fleet`
+facade never sees them). What the scheduler does with a call is not this module's business.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from clonefleet.cluster._connect import (
+    SCHEDULER_NAME,
+    ClusterConfig,
+    ClusterSession,
+    cluster_unreachable,
+    named_actor_exists,
+)
+from clonefleet.cluster._runtime import remote_runtime_env
+from clonefleet.errors import ClonefleetError, ClusterError, SchedulerUnavailable, UsageError
+
+__all__ = [
+    "CALL_TIMEOUT_S",
+    "START_TIMEOUT_S",
+    "WAIT_MARGIN_S",
+    "call_with_deadline",
+    "connect_client",
+    "positive_seconds",
+    "ray_wait",
+]
+
+CALL_TIMEOUT_S = 30.0
+"""Default deadline of a control call (status, listing, cancel, submit) on the scheduler."""
+WAIT_MARGIN_S = 2.0
+"""Added to a waiting call's own wait (``job_block``, ``remaining``, ``events(wait_s=...)``)."""
+START_TIMEOUT_S = 120.0
+"""Deadline of the first answer of a scheduler the client creates (its worker has to start)."""
+RETRY_FIRST_S, RETRY_MAX_S = 0.1, 1.0
+"""Pause between tries of a read while the scheduler restarts: doubling from the first to the
+most."""
+
+
+class NoAnswer(Exception):  # noqa: N818 - a signal between ray_wait and call_with_deadline
+    """The scheduler did not answer in the time one try had."""
+
+
+def call_with_deadline(
+    attempt: Callable[[Callable[[], float]], Any],
+    timeout_s: float,
+    *,
+    idempotent: bool,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Any:
+    """Run ``attempt(seconds_left)`` until it answers or ``timeout_s`` has passed.
+
+    ``seconds_left()`` says how much of the deadline is left at the moment it is called (after
+    the call was sent, so sending does not count twice). ``attempt`` raises :class:`NoAnswer`
+    when its time ran out and
+    :class:`SchedulerUnavailable` while the scheduler restarts: an ``idempotent`` call then
+    tries again after a short, doubling pause as long as the deadline allows; any other call
+    raises it at once.
+
+    Raises:
+        ClusterError: no answer within ``timeout_s``.
+        SchedulerUnavailable: still unavailable at the deadline (or the call not ``idempotent``).
+    """
+    deadline = clock() + timeout_s
+    pause = RETRY_FIRST_S
+    while True:
+        try:
+            return attempt(lambda: max(deadline - clock(), 0.0))
+        except NoAnswer:
+            raise ClusterError(
+                f"the scheduler did not answer within {round(timeout_s, 1):g} s; it may be "
+                "frozen or overloaded (`clonefleet cluster status` shows the cluster)"
+            ) from None
+        except SchedulerUnavailable:
+            if not idempotent or clock() + pause >= deadline:
+                raise
+        sleep(pause)
+        pause = min(pause * 2, RETRY_MAX_S)
+
+
+def ray_wait(ref: Any, timeout_s: float) -> Any:
+    """``ray.get`` of one scheduler call for at most ``timeout_s``: our errors unwrapped, Ray's
+    turned into ours.
+
+    Raises:
+        NoAnswer: no answer in time.
+        SchedulerUnavailable: the call was lost while Ray restarts the scheduler.
+        ClusterError: the scheduler or the whole cluster is gone, or Ray failed the call.
+    """
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except GetTimeoutError:
+        _unless_cluster_gone()
+        raise NoAnswer from None
+    except RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, ClonefleetError):
+            raise cause from None
+        raise ClusterError(task_error_text(exc, cause)) from None
+    except RayActorError as exc:
+        _unless_cluster_gone()
+        text = _ANSI.sub("", str(exc)).strip()
+        detail = text.splitlines()[0][:200] if text else ""
+        if _still_registered():
+            # Ray keeps the name of an actor it is restarting; calls in flight were lost.
+            raise SchedulerUnavailable(f"{type(exc).__name__}: {detail}") from None
+        raise ClusterError(
+            f"the scheduler actor is gone ({type(exc).__name__}: {detail}); the next Fleet or "
+            "`clonefleet run --detach` starts a new one"
+        ) from None
+
+
+def _unless_cluster_gone() -> None:
+    """Raise :class:`ClusterError` when the whole cluster is gone (``cluster down``): no call
+    will be answered, and retrying would only run into Ray's own 60 s limit."""
+    why = cluster_unreachable()
+    if why is not None:
+        raise ClusterError(why) from None
+
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
+"""Terminal control sequences (Ray colours the header of a remote traceback)."""
+_HEADER = re.compile(r"^ray::(?:[\w.]*\.)?(\w+)\(\)(?: \(pid=[^\n]*)?$")
+"""The first line of a remote traceback: ``ray::Class.method() (pid=..., ip=..., ...)``."""
+
+
+def task_error_text(exc: BaseException, cause: BaseException | None = None) -> str:
+    """The message of a scheduler call that raised something not ours (a fault in the
+    scheduler): the call's name, what it raised, then the scheduler's traceback, as plain text.
+
+    Ray's error carries the method's name only in the (coloured) header line of its traceback:
+    the exception Ray rebuilds as an instance of the cause's class drops its ``function_name``.
+    """
+    lines = _ANSI.sub("", str(exc)).strip().splitlines()
+    name = getattr(exc, "__dict__", {}).get("function_name") or ""
+    if lines and (header := _HEADER.match(lines[0])):
+        name = name or header.group(1)
+        lines = lines[1:]
+    name = name.rsplit(".", 1)[-1] or "(unnamed)"
+    what = f"{type(cause).__name__}: {cause}" if cause is not None else (lines or ["?"])[-1]
+    trace = "\n".join(lines)
+    return f"scheduler call {name} failed with {what}; the scheduler's traceback:\n{trace}"
+
+
+def _still_registered() -> bool:
+    try:
+        return named_actor_exists(SCHEDULER_NAME)
+    except Exception:  # the cluster itself is going away: nothing to wait for
+        return False
+
+
+def connect_client(
+    address: str | None,
+    num_cpus: int | None,
+    *,
+    ship_package: bool,
+    session: type[ClusterSession] = ClusterSession,
+) -> tuple[ClusterSession, bool]:
+    """Start or join Ray for a client (through ``session``); also says whether the scheduler
+    actor already exists.
+
+    A client that does not ship the package but finds no scheduler reconnects with it: the
+    scheduler it is about to create runs the package on the cluster's workers.
+
+    Raises:
+        ClusterError: Ray cannot be started or reached.
+    """
+    if address is None:
+        embedded = session(ClusterConfig(num_cpus=num_cpus)).start()
+        return embedded, named_actor_exists(SCHEDULER_NAME)
+    env = remote_runtime_env(ship_package=ship_package)
+    joined = session(ClusterConfig(address=address, runtime_env=env)).start()
+    existed = named_actor_exists(SCHEDULER_NAME)
+    if existed or ship_package:
+        return joined, existed
+    joined.stop()
+    env = remote_runtime_env()
+    return session(ClusterConfig(address=address, runtime_env=env)).start(), False
+
+
+def positive_seconds(value: float, name: str, *, zero: bool = False) -> float:
+    """``value`` as seconds, more than 0 (or at least 0 with ``zero``).
+
+    Raises:
+        UsageError: not a number, or too small.
+    """
+    ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    if not ok or not (value >= 0 if zero else value > 0):
+        least = "0 or more" if zero else "more than 0"
+        raise UsageError(f"{name} must be a number of seconds, {least}, got {value!r}")
+    return float(value)

@@ -1,0 +1,453 @@
+"""Starting and connecting to Ray: the only place that calls ``ray.init`` and ``ray.shutdown``.
+
+With no address, clonefleet starts an embedded local Ray bound to 127.0.0.1 with the dashboard
+off, its session folder (logs, sockets) inside a folder only this user may enter, and stops it
+when the session ends. It starts lean: without Ray's API server, autoscaler monitor and (unless
+logs go to the driver) log monitor, none of which it uses (``_lean.py``). With an address
+(``auto``, ``ray://host:port``, or ``RAY_ADDRESS``) it joins an existing cluster and leaves it
+running.
+
+Token authentication (Ray's ``RAY_AUTH_MODE=token``):
+
+- an embedded instance runs with a fresh random token of its own, handed to Ray in the
+  ``RAY_AUTH_TOKEN`` environment variable for as long as the session lasts: nothing is written to
+  disk, and Ray never creates ``~/.ray/auth_token`` (which it would make with the default umask,
+  readable by every user);
+- the cluster ``clonefleet cluster up`` started is joined with its token file
+  (``RAY_AUTH_TOKEN_PATH``), found through the state file whenever the address is that cluster's;
+- any other address uses the caller's own Ray token settings (``RAY_AUTH_TOKEN``,
+  ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``), sending the token when one is there.
+
+The session sets these ``RAY_AUTH_*`` variables only while it is connected and puts the caller's
+values back when it stops. A caller's explicit ``RAY_AUTH_MODE`` other than ``token`` (for
+example ``disabled``) is respected for an embedded instance.
+
+Signals: Ray's core worker would install C++ handlers in this process that print a stack dump
+on SIGTERM (and sometimes crash on the way out), and ``ray.init`` replaces the SIGTERM handler
+with its own ``sys.exit``; neither happens here, so a caller's Python handler keeps SIGTERM.
+An embedded instance leaves no process behind: whatever of it outlives ``ray.shutdown`` (or a
+start that failed or was interrupted) is killed, and a watchdog (``_reap.py``) does the same
+if this process dies without stopping it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from clonefleet.cluster._lean import lean_local_start
+from clonefleet.cluster._local import (
+    local_token_path,
+    private_ray_temp_dir,
+    prune_ray_sessions,
+    resolve_address,
+)
+from clonefleet.cluster._reap import Watchdog, end_instance, reap_orphans, start_watchdog
+from clonefleet.errors import ClusterError
+
+__all__ = [
+    "ClusterConfig",
+    "ClusterSession",
+    "loopback_environment",
+    "cluster_unreachable",
+    "named_actor_exists",
+    "stop_current_session",
+]
+
+NAMESPACE = "clonefleet"
+SCHEDULER_NAME = "scheduler"
+"""The scheduler actor's name in :data:`NAMESPACE`."""
+
+
+def loopback_environment() -> None:
+    """Keep Ray on loopback and quiet: no usage reporting, no routable node address.
+
+    Must run before Ray starts; processes Ray starts inherit these variables.
+    """
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_DISABLE_IMPORT_WARNING", "1")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+
+def _keep_loopback_if_imported_early(address: str | None) -> None:
+    # When the caller imported Ray before clonefleet, Ray computed its "clusters enabled" switch
+    # from the environment of that moment and would resolve 127.0.0.1 to the machine's routable
+    # address. For an embedded instance or a loopback address, turn that switch off again.
+    if (
+        address is None
+        or address == "auto"
+        or address.split("://")[-1].startswith(("127.", "localhost"))
+    ):
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def _no_signal_dumps() -> None:
+    """Keep Ray's C++ failure-signal handlers out of this process: on SIGTERM they printed a
+    ``*** SIGTERM received`` stack dump and the process sometimes crashed on its way out
+    (``free(): invalid pointer``). Read when the core worker starts, so set after Ray loads;
+    ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER=0`` in the environment keeps them."""
+    if os.environ.get("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1") != "0":
+        from ray._private import ray_constants
+
+        ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+
+
+def _ray_notices_to_stderr() -> None:
+    """Send the notices Ray's raylet publishes to the driver (``(raylet) WARNING: 8 PYTHON worker
+    processes have been started ...``) to standard error: Ray prints them on standard output
+    whatever ``log_to_driver`` says, where they broke ``--json`` output under load."""
+    from ray._private import worker
+
+    original = worker.print_to_stdstream
+    if getattr(original, "clonefleet_to_stderr", False):
+        return
+
+    def to_stderr(data: dict[str, Any], ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.clonefleet_to_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
+
+
+@contextlib.contextmanager
+def _callers_sigterm_kept() -> Iterator[None]:
+    """Inside this block ``ray.init`` does not replace a Python SIGTERM handler the caller
+    installed (its own raises ``SystemExit`` wherever the main thread happens to be)."""
+    from ray._private import utils
+
+    mine = signal.getsignal(signal.SIGTERM)
+    if not callable(mine) or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = utils.set_sigterm_handler
+    utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        utils.set_sigterm_handler = saved
+        signal.signal(signal.SIGTERM, mine)
+
+
+@contextlib.contextmanager
+def _ray_processes_in_own_groups() -> Iterator[None]:
+    """Inside this block the processes Ray starts (GCS, raylet, and so what the raylet starts)
+    get process groups of their own: a signal to the caller's group (a terminal's hangup,
+    ``kill -TERM -PGID``) reaches the caller, which stops them, and not them. (SIGHUP killed
+    the GCS mid-start, and ``ray.init`` then waited 30 s for its port.)"""
+    from ray._private import services
+
+    popen = services.ConsolePopen
+
+    class OwnGroupPopen(popen):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("process_group", 0)
+            super().__init__(*args, **kwargs)
+
+    services.ConsolePopen = OwnGroupPopen
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
+
+
+def _auth_environment(address: str | None) -> dict[str, str | None]:
+    """The ``RAY_AUTH_*`` variables a session on ``address`` needs (``None``: unset it)."""
+    env = os.environ
+    mode = env.get("RAY_AUTH_MODE")
+    if address is None:
+        if mode is not None and mode.lower() != "token":
+            return {}  # the caller turned token authentication off on purpose
+        if env.get("RAY_AUTH_TOKEN") or env.get("RAY_AUTH_TOKEN_PATH"):
+            return {"RAY_AUTH_MODE": "token"}  # the caller's own token (Ray creates no file)
+        # A token for this instance alone, in memory: Ray would otherwise read, or create with
+        # mode 0644, ~/.ray/auth_token.
+        return {
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": secrets.token_hex(32),
+            "RAY_AUTH_TOKEN_PATH": None,
+        }
+    local = local_token_path(address)
+    if local is not None:
+        # The cluster `cluster up` started: its own token, whatever the shell says.
+        return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": None, "RAY_AUTH_TOKEN_PATH": str(local)}
+    # Another cluster: Ray sends a token only in token mode, and turns that on by itself only for
+    # a cluster it finds on this machine, never for an explicit address. Send the caller's token
+    # when there is one.
+    if mode is not None:
+        return {}
+    token_file = env.get("RAY_AUTH_TOKEN_PATH") or os.path.expanduser("~/.ray/auth_token")
+    if env.get("RAY_AUTH_TOKEN") or os.path.isfile(token_file):
+        return {"RAY_AUTH_MODE": "token"}
+    return {}
+
+
+def _set_auth_environment(values: Mapping[str, str | None]) -> dict[str, str | None]:
+    """Set (or unset) ``values`` in the environment and make a loaded Ray see them; returns the
+    values they replace."""
+    previous = {name: os.environ.get(name) for name in values}
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if values:
+        # Ray caches the mode (its config) and the token; both are read again from here.
+        from ray._raylet import (  # type: ignore[attr-defined]  # not in its stub
+            AuthenticationTokenLoader,
+            Config,
+        )
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    return previous
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterConfig:
+    """How to reach Ray."""
+
+    address: str | None = None
+    """``None`` = embedded local Ray (unless ``RAY_ADDRESS`` is set); ``auto``; ``ray://host:port``."""
+    num_cpus: int | None = None
+    """CPUs of the embedded instance (default: the machine's)."""
+    namespace: str = NAMESPACE
+    log_to_driver: bool = False
+    """Forward worker logs to this process (off: a CLI's output stays clean)."""
+    runtime_env: dict[str, Any] | None = None
+    """Ray runtime environment for a remote cluster (working dir, packages)."""
+
+
+def _check_same_cluster(address: str | None) -> None:
+    """A process already connected to Ray stays on that instance: refuse a request for another
+    cluster instead of quietly using the one that is connected."""
+    import ray
+
+    if not address or "://" in address:
+        return  # embedded, or Ray Client (whose address Ray does not report the same way)
+    current = ray.get_runtime_context().gcs_address
+    if current != address:
+        raise ClusterError(
+            f"this process is already connected to Ray at {current}, not {address}; "
+            "one process uses one cluster (close the other Fleet first)"
+        )
+
+
+def named_actor_exists(name: str, namespace: str = NAMESPACE) -> bool:
+    """Whether the connected cluster has a live actor of that name (one call to Ray's GCS)."""
+    import ray
+
+    try:
+        ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        return False
+    return True
+
+
+_current: list[ClusterSession] = []
+"""The session this process holds (at most one: one process uses one cluster)."""
+
+GCS_PROBE_S = 1.0
+"""How long a joined cluster's GCS gets to accept a TCP connection when a call on it failed."""
+GONE_SHUTDOWN_S = 1.0
+"""How long disconnecting from a cluster that is gone may take: Ray's own disconnect waited
+about 5 s for the missing GCS (the rest goes on in the background)."""
+
+
+def _gcs_refuses(address: str | None, timeout_s: float = GCS_PROBE_S) -> str | None:
+    """Why the GCS at ``address`` does not accept a TCP connection, or ``None`` when it does
+    (or when there is no address to try)."""
+    if not address or "://" in address:
+        return None
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            return None
+    except (OSError, ValueError) as exc:
+        return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or "timeout"
+
+
+def cluster_unreachable() -> str | None:
+    """When this process's joined cluster can no longer be reached (its GCS refuses
+    connections: the cluster was stopped or its head is gone), a message saying so; else
+    ``None`` (also for an embedded instance, which lives as long as this process).
+
+    Ray itself would retry for 60 s and then end the process with its own log line.
+    """
+    for session in _current:
+        if not session.embedded and (why := _gcs_refuses(session.gcs_address)) is not None:
+            return (
+                f"the cluster at {session.gcs_address} cannot be reached (its GCS: {why}); it "
+                "was stopped (`clonefleet cluster down`) or its head node is gone"
+            )
+    return None
+
+
+def stop_current_session() -> None:
+    """Stop the session this process holds, if any (for a command interrupted before it had
+    the object that owns the session, or while that object was closing it)."""
+    for session in _current[:]:
+        session.stop()
+
+
+class ClusterSession:
+    """Context manager owning one connection to Ray.
+
+    Example::
+
+        with ClusterSession(ClusterConfig()) as session:
+            ...  # Ray is up; session.embedded says whether we started it
+    """
+
+    def __init__(self, cfg: ClusterConfig | None = None) -> None:
+        self.cfg = cfg or ClusterConfig()
+        self.embedded = False
+        self._owns = False
+        self._restore_env: dict[str, str | None] = {}
+        self._watchdog: Watchdog | None = None
+        self._temp_dir: Path | None = None
+        self.gcs_address: str | None = None
+        """The GCS address of the cluster joined (``None``: embedded, or through Ray Client)."""
+
+    @property
+    def address(self) -> str | None:
+        return self.cfg.address or os.environ.get("RAY_ADDRESS") or None
+
+    def start(self) -> ClusterSession:
+        """Start or join Ray (a no-op when this process is already connected).
+
+        Raises:
+            ClusterError: Ray could not be started or reached.
+        """
+        loopback_environment()
+        import ray
+
+        # `auto` never reaches Ray (whose own search joins any Ray on the machine).
+        address = resolve_address(self.cfg.address)
+        if ray.is_initialized():
+            _check_same_cluster(address)
+            return self
+        _keep_loopback_if_imported_early(address)
+        _no_signal_dumps()
+        _ray_notices_to_stderr()
+        auth = _auth_environment(address)
+        self._restore_env = _set_auth_environment(auth)
+        kwargs: dict[str, Any] = {
+            "namespace": self.cfg.namespace,
+            "log_to_driver": self.cfg.log_to_driver,
+            "logging_level": logging.WARNING,
+            "configure_logging": False,
+        }
+        if self.cfg.runtime_env:
+            kwargs["runtime_env"] = self.cfg.runtime_env
+        try:
+            with _callers_sigterm_kept():
+                if address:
+                    ray.init(address=address, **kwargs)
+                    if "://" not in address:
+                        self.gcs_address = ray.get_runtime_context().gcs_address
+                else:
+                    self._start_embedded(kwargs)
+        except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
+            self._end_embedded()
+            self._put_back_environment()
+            where = address or "an embedded local instance"
+            hint = (
+                " (a cluster with token authentication refuses a client without its token: set"
+                " RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH, see docs/cluster.md)"
+                if address and not auth.get("RAY_AUTH_TOKEN_PATH")  # not `cluster up`'s own
+                else ""
+            )
+            raise ClusterError(f"cannot start or reach Ray at {where}: {exc}{hint}") from None
+        except BaseException:  # interrupted (a signal) while Ray was starting, for one
+            self._end_embedded()
+            self._put_back_environment()
+            raise
+        self._owns = True
+        _current.append(self)
+        return self
+
+    def _start_embedded(self, kwargs: dict[str, Any]) -> None:
+        import ray
+
+        self._temp_dir = temp_dir = private_ray_temp_dir()
+        prune_ray_sessions(temp_dir)
+        # Leftovers of earlier runs killed together with their watchdog: found in the
+        # background, so the start does not wait for the search (tens of milliseconds).
+        threading.Thread(target=reap_orphans, args=(temp_dir,), daemon=True).start()
+        self._watchdog = start_watchdog(temp_dir)
+        with (
+            _ray_processes_in_own_groups(),
+            lean_local_start(logs_to_driver=self.cfg.log_to_driver) as lean,
+        ):
+            ray.init(
+                address="local",
+                num_cpus=self.cfg.num_cpus,
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                _temp_dir=str(temp_dir),
+                **kwargs,
+                **lean,
+            )
+        self.embedded = True
+
+    def _end_embedded(self) -> None:
+        """Stop the embedded instance this session started (or began to start) and kill
+        whatever of it is left; nothing when it started none. The watchdog is let go last, so
+        a stop cut short is done again in full."""
+        if self._watchdog is None or self._temp_dir is None:
+            return
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        end_instance(self._temp_dir, os.getpid())
+        self._watchdog.close()
+        self._watchdog = None
+
+    def _put_back_environment(self) -> None:
+        restore, self._restore_env = self._restore_env, {}
+        _set_auth_environment(restore)
+
+    def stop(self) -> None:
+        """Disconnect (and stop an embedded instance); stopping twice is harmless."""
+        if not self._owns:
+            return
+        import ray
+
+        if self.gcs_address and _gcs_refuses(self.gcs_address) is not None:
+            # The cluster is gone: Ray's disconnect would wait for its GCS. Once disconnected
+            # (at once), the rest of Ray's shutdown may finish in the background.
+            quit_ray = threading.Thread(target=ray.shutdown, daemon=True)
+            quit_ray.start()
+            quit_ray.join(GONE_SHUTDOWN_S)
+        else:
+            ray.shutdown()
+        self._end_embedded()
+        self._owns = False
+        self._put_back_environment()
+        with contextlib.suppress(ValueError):
+            _current.remove(self)
+
+    def __enter__(self) -> ClusterSession:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,360 @@
+"""The config file's schema: providers, models, model groups, aliases, limits, discovery, inline
+subagents, and the embedded defaults used when no file exists (provider ``sim``, models
+``sim-small``/``sim-large``, group ``default``). Pydantic models, no file access.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from clonefleet.config._files import printable
+from clonefleet.config._mcp import McpServers
+from clonefleet.config._permissions import PermissionsConfig
+from clonefleet.config._web import WebConfig
+from clonefleet.errors import ConfigError
+from clonefleet.permissions import RuleSet
+
+_STRICT = ConfigDict(frozen=True, extra="forbid")
+
+__all__ = [
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_KEY_ENV",
+    "Config",
+    "ConfigSource",
+    "DiscoveryConfig",
+    "LimitsConfig",
+    "ModelConfig",
+    "ProviderConfig",
+    "SimulatedOptions",
+    "check_base_url",
+    "provider_route",
+    "shown_url",
+]
+
+
+class SimulatedOptions(BaseModel):
+    """Knobs of the simulated provider (``docs/config.md``)."""
+
+    model_config = _STRICT
+    latency_ms: float = 0.0
+    """Added delay per model request, in milliseconds."""
+    fail_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Probability that a request fails with HTTP 503 (deterministic per seed)."""
+    rate_429: float = Field(default=0.0, ge=0.0, le=1.0)
+    """Probability that a request fails with HTTP 429 and ``Retry-After: 0``."""
+    seed: int = 0
+    """Seed mixed with batch id and clone index for deterministic behaviour."""
+    script: str | None = None
+    """Path of a script file (per-clone steps); see ``clonefleet.clone.SimScript``."""
+
+
+class ProviderConfig(BaseModel):
+    """One provider entry: how to reach a family of models."""
+
+    model_config = _STRICT
+    kind: Literal["openai", "anthropic", "simulated"]
+    base_url: str | None = None
+    """Root URL, e.g. ``http://127.0.0.1:8000/v1``; required for ``openai``."""
+    api_key_env: str | None = None
+    """Name of the environment variable holding the key; the key itself never goes in config."""
+    timeout_s: float = Field(default=60.0, gt=0)
+    """Overall deadline of one request, in seconds (a slow drip cannot exceed it)."""
+    max_retries: int = Field(default=2, ge=0, le=10)
+    """Retries of a transient failure on the same candidate before moving on."""
+    max_connections: int = Field(default=1000, ge=1)
+    """Connection-pool size per clone host process."""
+    simulated: SimulatedOptions = SimulatedOptions()
+
+    @model_validator(mode="after")
+    def _check_url(self) -> ProviderConfig:
+        if self.kind == "openai" and not self.base_url:
+            raise ValueError("an openai provider needs base_url")
+        return self
+
+
+class PriceConfig(BaseModel):
+    """What a model's tokens cost, in US dollars per million tokens."""
+
+    model_config = _STRICT
+    input_per_mtok: float = Field(ge=0.0, allow_inf_nan=False)
+    output_per_mtok: float = Field(ge=0.0, allow_inf_nan=False)
+
+
+class ModelConfig(BaseModel):
+    """A named model: which provider serves it and under which wire name."""
+
+    model_config = _STRICT
+    provider: str
+    name: str
+    max_tokens: int | None = None
+    price: PriceConfig | None = None
+    """Gives the cost of its usage; without it, cost is unknown (``None``)."""
+
+
+class LimitsConfig(BaseModel):
+    """Fleet limits."""
+
+    model_config = _STRICT
+    max_count: int = Field(default=10_000, ge=1)
+    """Largest accepted ``--count`` of one batch."""
+    max_depth: int = Field(default=3, ge=0)
+    """Deepest allowed nesting of subagent spawns."""
+    max_concurrency: int | None = Field(default=None, ge=1)
+    """Fleet-wide number of jobs running at once; ``None`` = no cap."""
+    clones_per_actor: int | None = Field(default=None, ge=1)
+    """Clones hosted per Ray actor; ``None`` = chosen from batch size and cluster."""
+    max_prompt_chars: int = Field(default=1_000_000, ge=1)
+    """Longest accepted task prompt of one batch (top-level or nested), in characters."""
+    max_message_chars: int = Field(default=100_000, ge=1)
+    """Longest message to a running clone (``clonefleet message``, ``message_subagent``)."""
+    max_queued_messages_per_job: int = Field(default=1_000, ge=1)
+    """Messages waiting for one clone to take them."""
+    max_queued_messages: int = Field(default=100_000, ge=1)
+    """Messages waiting fleet-wide."""
+    max_restarts: int = Field(default=2, ge=0)
+    """How many times a clone whose host died is restarted from its last checkpoint before it
+    ends ``failed``."""
+
+
+class DurabilityConfig(BaseModel):
+    """The journal and clone checkpoints (docs/durability.md)."""
+
+    model_config = _STRICT
+    enabled: bool = True
+    """Keep the journal (off: the job table lives only in the scheduler's memory, as a
+    benchmark's baseline; nothing survives the scheduler's process)."""
+    journal_dir: str | None = None
+    """Where the scheduler keeps its journal; ``None`` = the cluster's state folder for
+    ``cluster up``, a per-run folder for an embedded run."""
+    checkpoint_interval_s: float = Field(default=1.0, ge=0.0, le=3600.0, allow_inf_nan=False)
+    """How often a clone host ships its clones' latest checkpoints to the scheduler (0 = after
+    every turn)."""
+    segment_bytes: int = Field(default=64 * 1024 * 1024, ge=64 * 1024)
+    """Size at which the journal starts a new segment file."""
+    compact_bytes: int = Field(default=256 * 1024 * 1024, ge=64 * 1024)
+    """Journal size past which it is compacted into one snapshot."""
+    retention_s: float | None = Field(default=7 * 24 * 3600.0, ge=0.0, allow_inf_nan=False)
+    """How long finished batches stay in the job table (and the journal); ``None`` = forever."""
+    max_events: int = Field(default=200_000, ge=1000)
+    """Events the scheduler keeps in memory; older ones are read from the journal."""
+
+
+class DiscoveryConfig(BaseModel):
+    """Where definitions and skills are looked up besides the built-in places."""
+
+    model_config = _STRICT
+    extra_subagents_dirs: tuple[str, ...] = ()
+    follow_symlinks_for_configs: bool = False
+
+
+ANTHROPIC_BASE_URL = "https://api.anthropic.com/v1"
+"""Where an ``anthropic`` provider without ``base_url`` sends its requests."""
+ANTHROPIC_KEY_ENV = "ANTHROPIC_API_KEY"
+"""The key variable of an ``anthropic`` provider without ``api_key_env``."""
+
+
+@dataclass(frozen=True)
+class ConfigSource:
+    """Where a config came from. ``kind``: ``built-in`` (no file), ``code`` (made in code),
+    ``explicit`` (``--config``, ``Fleet(config=PATH)``), ``env`` (``$CLONEFLEET_CONFIG``),
+    ``project`` (``.clonefleet/config.yaml`` of the working directory) or ``global``. Only a
+    project file can be untrusted: ``trusted`` says whether ``project_dir`` is in the trust
+    records."""
+
+    kind: Literal["built-in", "code", "explicit", "env", "project", "global"] = "code"
+    path: str | None = None
+    trusted: bool = True
+    project_dir: str | None = None
+
+
+class Config(BaseModel):
+    """The whole validated configuration."""
+
+    model_config = _STRICT
+    version: Literal[1] = 1
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    model_groups: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    aliases: dict[str, str] = Field(default_factory=dict)
+    limits: LimitsConfig = LimitsConfig()
+    discovery: DiscoveryConfig = DiscoveryConfig()
+    durability: DurabilityConfig = DurabilityConfig()
+    permissions: PermissionsConfig = PermissionsConfig()
+    """Allow and deny rules for every clone and its subagents (docs/permissions.md)."""
+    web: WebConfig = WebConfig()
+    """The ``web_fetch`` and ``web_search`` tools; both off by default (``_web``)."""
+    subagents: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Inline definitions: ``subagents.<name>`` beats every file of that name."""
+    mcp_servers: McpServers = Field(default_factory=dict)
+    """MCP servers every clone may use, by name (``docs/mcp.md``); a project's file may not
+    add or change one until its folder is trusted."""
+    path: str | None = None
+    """The file this config came from (``None`` for built-in defaults)."""
+    _declared: frozenset[str] = PrivateAttr(default=frozenset())
+    _source: ConfigSource = PrivateAttr(default=ConfigSource())
+    _user_permissions: PermissionsConfig | None = PrivateAttr(default=None)
+    """The user's own (global) config's ``permissions`` while a project's config is in use."""
+
+    def permission_layers(self) -> tuple[RuleSet, ...]:
+        """The config layers of every clone's policy, outermost first: the user's own config's
+        rules when a project's config is in use (a project's config can only narrow them), then
+        this config's."""
+        own = self.permissions.rule_set()
+        if self._user_permissions is None:
+            return (own,)
+        return (self._user_permissions.rule_set("your config"), own)
+
+    @property
+    def source(self) -> ConfigSource:
+        """Where this config came from (set by :func:`load_config`)."""
+        return self._source
+
+    @property
+    def declared_providers(self) -> frozenset[str]:
+        """The providers the file itself names (the rest are built in)."""
+        return self._declared
+
+    @model_validator(mode="after")
+    def _with_defaults(self) -> Config:
+        self._declared = frozenset(self.providers)
+        for name, entry in self.providers.items():
+            if entry.base_url is not None:  # checked here, so a bad one never reaches Ray
+                where = printable(self.path) if self.path else None
+                check_base_url(entry.base_url, where, f"providers.{printable(name)}.base_url")
+        # The embedded simulated provider is always there, so a config that only adds an
+        # openai provider still runs definitions that name no model.
+        providers = {"sim": ProviderConfig(kind="simulated"), **self.providers}
+        models = {
+            "sim-small": ModelConfig(provider="sim", name="sim-small"),
+            "sim-large": ModelConfig(provider="sim", name="sim-large"),
+            **self.models,
+        }
+        groups = {"default": ("sim-small", "sim-large"), **self.model_groups}
+        aliases = {"sonnet": "sim-large", "opus": "sim-large", "haiku": "sim-small", **self.aliases}
+        object.__setattr__(self, "providers", providers)
+        object.__setattr__(self, "models", models)
+        object.__setattr__(self, "model_groups", groups)
+        object.__setattr__(self, "aliases", aliases)
+        for name, model in models.items():
+            if model.provider not in providers:
+                raise ValueError(
+                    f"models.{name}.provider names unknown provider {model.provider!r}"
+                )
+        for group, members in groups.items():
+            if not members:
+                raise ValueError(f"model_groups.{group} is empty")
+            for member in members:
+                if member not in models and member not in aliases:
+                    raise ValueError(f"model_groups.{group} names unknown model {member!r}")
+        return self
+
+    def resolve_model(self, name: str) -> tuple[str, ModelConfig, ProviderConfig]:
+        """Resolve a model or alias name to ``(model key, model, provider)``.
+
+        Raises:
+            ConfigError: the name is neither a model nor an alias of one.
+        """
+        seen: set[str] = set()
+        key = name
+        while key in self.aliases and key not in seen and key not in self.models:
+            seen.add(key)
+            key = self.aliases[key]
+        if key in self.models:
+            model = self.models[key]
+            return key, model, self.providers[model.provider]
+        raise ConfigError(
+            f"unknown model {name!r}; known: {', '.join(sorted(self.models))}", self.path, "models"
+        )
+
+    def model_candidates(self, spec: str | None) -> tuple[str, ...]:
+        """Turn a definition's ``model`` into its candidate model names, in failover order.
+
+        ``None`` and ``inherit`` mean the ``default`` group; ``@mg:NAME`` names a group.
+        """
+        if spec is None or spec == "inherit":
+            return self.model_groups["default"]
+        if spec.startswith("@mg:"):
+            group = spec[4:]
+            if group not in self.model_groups:
+                raise ConfigError(
+                    f"unknown model group {group!r}; known: {', '.join(sorted(self.model_groups))}",
+                    self.path,
+                    "model_groups",
+                )
+            return self.model_groups[group]
+        return (spec,)
+
+
+def provider_route(entry: ProviderConfig) -> tuple[str, str | None] | None:
+    """``(base_url, api_key_env)`` as the provider will use them (an ``anthropic`` provider's
+    defaults filled in): where its requests go and which variable's key goes with them.
+    ``None`` for a simulated provider, which reaches no network and reads no key."""
+    if entry.kind == "simulated":
+        return None
+    if entry.kind == "anthropic":
+        return entry.base_url or ANTHROPIC_BASE_URL, entry.api_key_env or ANTHROPIC_KEY_ENV
+    return entry.base_url or "", entry.api_key_env or None
+
+
+def shown_url(url: str) -> str:
+    """``url`` for people: a password or token in it masked, unsafe characters escaped."""
+    scheme, sep, rest = url.partition("://")
+    host, slash, tail = rest.partition("/")
+    if sep and "@" in host:
+        url = f"{scheme}://***@{host.rsplit('@', 1)[1]}{slash}{tail}"
+    return printable(url)
+
+
+def check_base_url(url: str, config_path: str | None, key: str) -> str:
+    """Return ``url`` when it is an ``http://`` or ``https://`` URL with a host.
+
+    Raises:
+        ConfigError: anything else (``file://``, ``javascript:``, no scheme, no host), naming
+            ``config_path`` and ``key``.
+    """
+    import httpx  # parsed as the provider parses it; imported only when a URL is given
+
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as exc:
+        problem = printable(str(exc))
+        raise ConfigError(
+            f"base_url '{shown_url(url)}' is not a URL ({problem})", config_path, key
+        ) from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ConfigError(
+            f"base_url '{shown_url(url)}' must be an http:// or https:// URL with a host",
+            config_path,
+            key,
+        )
+    return url
+
+
+def price_per_token(config: Config, model: str | None) -> tuple[float, float] | None:
+    """Dollars per input and per output token of ``model`` (a model key or alias), or ``None``
+    when the config does not know the model or gives it no ``price``."""
+    if model is None:
+        return None
+    try:
+        _, entry, _ = config.resolve_model(model)
+    except ConfigError:
+        return None
+    if entry.price is None:
+        return None
+    return entry.price.input_per_mtok / 1e6, entry.price.output_per_mtok / 1e6
+
+
+def usage_cost(config: Config, model: str | None, usage: Mapping[str, int]) -> float | None:
+    """What ``usage`` (``input_tokens``, ``output_tokens``) on ``model`` cost in US dollars.
+
+    ``model`` is a model key or alias, as a run record's ``model`` field names it. ``None`` when
+    the model is unknown or has no ``price`` in config.
+    """
+    price = price_per_token(config, model)
+    if price is None:
+        return None
+    return usage.get("input_tokens", 0) * price[0] + usage.get("output_tokens", 0) * price[1]

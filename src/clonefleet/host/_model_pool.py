@@ -1,0 +1,89 @@
+"""Provider pool: one live model client per provider per process, and per-clone failover models.
+
+A clone host builds one :class:`ProviderPool` and shares it across every clone it hosts, so a
+thousand clones share one HTTP connection pool instead of opening a thousand. It also holds the
+clones' way to the web (:attr:`ProviderPool.web`), for the same reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from clonefleet.clone import Candidate, CloneSpec, FailoverModel, OnFailover, WebAccess
+from clonefleet.config import Config, ProviderConfig
+from clonefleet.providers import Model, SimBrain, SimScript, SimulatedModel
+
+__all__ = ["ProviderPool"]
+
+
+class ProviderPool:
+    """Builds and caches provider clients for one process; close with :meth:`aclose`."""
+
+    def __init__(self, config: Config, *, sim_script: SimScript | None = None) -> None:
+        self.config = config
+        self.sim_script = sim_script
+        self._models: dict[str, Model] = {}
+        self._closers: list[Callable[[], object]] = []
+        self._web: WebAccess | None = None
+
+    @property
+    def web(self) -> WebAccess | None:
+        """The config's ``web`` section and its shared HTTP client for the clones' web tools;
+        ``None`` while the config turns on neither tool."""
+        web = self.config.web
+        if self._web is None and (web.fetch_enabled or web.search_enabled):
+            self._web = WebAccess(web)
+        return self._web
+
+    def provider_model(self, provider_name: str) -> Model:
+        """The shared :class:`Model` for a provider entry of the config."""
+        model = self._models.get(provider_name)
+        if model is None:
+            model = self._build(provider_name, self.config.providers[provider_name])
+            self._models[provider_name] = model
+        return model
+
+    def _build(self, name: str, cfg: ProviderConfig) -> Model:
+        if cfg.kind == "simulated":
+            opts = cfg.simulated
+            script = self.sim_script or (SimScript.load(opts.script) if opts.script else None)
+            brain = SimBrain(
+                script=script, seed=opts.seed, fail_rate=opts.fail_rate, rate_429=opts.rate_429
+            )
+            return SimulatedModel(brain, latency_ms=opts.latency_ms)
+        from clonefleet.providers import build_provider
+
+        model, closer = build_provider(name, cfg, config_path=self.config.path)
+        self._closers.append(closer)
+        return model
+
+    def candidate(self, key: str) -> Candidate:
+        model_key, model_cfg, provider_cfg = self.config.resolve_model(key)
+        return Candidate(
+            key=model_key,
+            wire_name=model_cfg.name,
+            model=self.provider_model(model_cfg.provider),
+            max_retries=provider_cfg.max_retries,
+            timeout_s=provider_cfg.timeout_s,
+        )
+
+    def failover_for(self, spec: CloneSpec, on_failover: OnFailover | None = None) -> FailoverModel:
+        """The clone's own failover model, its cursor at ``spec.start``."""
+        return FailoverModel(
+            [self.candidate(k) for k in spec.candidates],
+            start=spec.start,
+            fallbacks=[self.candidate(k) for k in spec.fallbacks],
+            on_failover=on_failover,
+        )
+
+    async def aclose(self) -> None:
+        """Close every client this pool opened; closing twice is harmless."""
+        closers, self._closers = self._closers, []
+        web, self._web = self._web, None
+        if web is not None:
+            closers.append(web.aclose)
+        for close in closers:
+            result = close()
+            if hasattr(result, "__await__"):
+                await result
+        self._models.clear()

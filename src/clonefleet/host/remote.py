@@ -1,0 +1,246 @@
+"""Ray shells of the clone side: :class:`CloneHostActor`, its facade :class:`CloneHost`, and
+:class:`SchedulerControl`, the job control its clones use.
+
+The actor only turns picklable specs into live objects and forwards calls to
+:class:`~clonefleet.host._core.HostCore`; the facades turn Ray's system errors into ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Unpack, cast
+
+import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
+
+from clonefleet import control as api
+from clonefleet.clone import CloneSpec
+from clonefleet.cluster import NAMESPACE, SCHEDULER_NAME, tune_collector
+from clonefleet.config import Config
+from clonefleet.control import Seconds
+from clonefleet.errors import ClonefleetError, ClusterError
+from clonefleet.host._core import HostCore
+from clonefleet.providers import SimScript
+
+__all__ = [
+    "CloneHost",
+    "CloneHostActor",
+    "SchedulerControl",
+]
+
+
+_DRAIN_EVERY_S = 0.02
+"""Least time between two event batches a host hands the scheduler (see ``HostCore``): at
+thousands of clones a drain per handful of events made hundreds of actor calls a second."""
+
+
+class CloneHostActor:
+    """Hosts many clones as asyncio tasks in one worker process (a Ray actor: see
+    :data:`_HOST_ACTOR`)."""
+
+    def __init__(self) -> None:
+        # Import what every clone needs now, while the host is only warming up, so the first
+        # batch does not pay for it (about a second on a busy 2-core machine). The clone loop
+        # came with this module's import of the host core.
+        from clonefleet import providers
+
+        providers.preload()
+        tune_collector()
+
+        self._core: HostCore | None = None
+
+    def _host(self) -> HostCore:
+        # Loop-bound objects (events, HTTP clients) are made on first use inside the actor's loop.
+        if self._core is None:
+            self._core = HostCore(control=SchedulerControl(), drain_every_s=_DRAIN_EVERY_S)
+        return self._core
+
+    async def start(
+        self,
+        specs: list[CloneSpec],
+        config: Config,
+        sim_script: SimScript | None = None,
+        checkpoints: dict[str, dict[str, Any]] | None = None,
+    ) -> int:
+        self._host().start(specs, config, sim_script, checkpoints)
+        return len(specs)
+
+    async def cancel(self, job_ids: list[str]) -> list[str]:
+        return self._host().cancel(job_ids)
+
+    async def deliver(self, items: list[dict[str, Any]]) -> int:
+        return self._host().deliver(items)
+
+    async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
+        return await self._host().drain(wait_s)
+
+    async def plan(self, planner: Callable[[], Any]) -> Any:
+        return await self._host().plan(planner)
+
+    async def node_id(self) -> str:
+        node: str = ray.get_runtime_context().get_node_id()
+        return node
+
+    async def watch(self) -> None:
+        """Never returns: the caller learns of this host's death when the call fails."""
+        await asyncio.Event().wait()
+
+    async def aclose(self) -> None:
+        if self._core is not None:
+            await self._core.aclose()
+
+
+_HOST_ACTOR = ray.remote(CloneHostActor)
+_HOST_OPTIONS: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 64, "max_restarts": 0}
+"""Every clone host: no CPU reserved (its clones mostly wait on models), many concurrent calls,
+and no restart (a dead host's jobs end as crashed)."""
+
+_Call = Callable[[Any], Any]
+"""One call on an actor handle: ``lambda actor: actor.method.remote(...)``, returning its ref."""
+
+
+class SchedulerControl:
+    """:class:`~clonefleet.control.JobControl` for clones that spawn: each method forwards to
+    the named scheduler actor."""
+
+    def __init__(self) -> None:
+        self._handle: Any = None
+
+    async def _ask(self, call: _Call) -> Any:
+        """Make one call on the scheduler actor and await it; our errors come back unwrapped,
+        Ray's become :class:`ClusterError`."""
+        if self._handle is None:
+            self._handle = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
+        try:
+            return await call(self._handle)
+        except RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ClonefleetError):
+                raise cause from None
+            name = getattr(exc, "function_name", "")
+            raise ClusterError(f"scheduler call {name} failed: {type(exc).__name__}") from None
+        except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
+            raise ClusterError(f"the scheduler is unavailable: {type(exc).__name__}") from None
+
+    async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> api.Submitted:
+        return cast(
+            api.Submitted, await self._ask(lambda s: s.spawn_nested.remote(request, parent_job_id))
+        )
+
+    async def job_status(self, job_id: str) -> api.JobStatus:
+        return cast(api.JobStatus, await self._ask(lambda s: s.job_status.remote(job_id)))
+
+    async def job_result(self, job_id: str) -> api.RunRecord:
+        return cast(api.RunRecord, await self._ask(lambda s: s.job_result.remote(job_id)))
+
+    async def job_cancel(self, job_id: str) -> api.JobStatus:
+        return cast(api.JobStatus, await self._ask(lambda s: s.job_cancel.remote(job_id)))
+
+    async def cancel_many(self, ids: Sequence[str]) -> int:
+        return cast(int, await self._ask(lambda s: s.cancel_many.remote(list(ids))))
+
+    async def job_block(
+        self, job_ids: Sequence[str], wait_seconds: Seconds = None, timeout_seconds: Seconds = None
+    ) -> api.BlockResult:
+        ids = list(job_ids)
+        out = await self._ask(lambda s: s.job_block.remote(ids, wait_seconds, timeout_seconds))
+        return cast(api.BlockResult, out)
+
+    async def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
+        return cast(int, await self._ask(lambda s: s.remaining.remote(list(ids), wait_seconds)))
+
+    async def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
+        out = await self._ask(lambda s: s.list_jobs.remote(**filters))
+        return cast(api.JobListing, out)
+
+    async def expand(self, ids: Sequence[str]) -> list[str]:
+        return cast(list[str], await self._ask(lambda s: s.expand.remote(list(ids))))
+
+    async def events(
+        self, target: api.Target = None, **query: Unpack[api.EventQuery]
+    ) -> api.EventPage:
+        out = await self._ask(lambda s: s.events.remote(target, **query))
+        return cast(api.EventPage, out)
+
+    async def message(self, job_id: str, text: str, *, sender: str) -> dict[str, Any]:
+        """The ``message_subagent`` tool: queue ``text`` for ``job_id``, a descendant of the
+        sender's job, through the inbox actor."""
+        inbox = await self._ask(lambda s: s.inbox.remote())
+        try:
+            return cast(dict[str, Any], await inbox.send.remote(job_id, text, sender))
+        except RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ClonefleetError):
+                raise cause from None
+            raise ClusterError(f"the inbox failed: {type(exc).__name__}") from None
+        except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
+            raise ClusterError(f"the inbox is unavailable: {type(exc).__name__}") from None
+
+
+class CloneHost:
+    """Facade over one :class:`CloneHostActor`: awaitables in, our errors out."""
+
+    def __init__(self, handle: Any, host_id: str) -> None:
+        self.handle, self.host_id = handle, host_id
+
+    @classmethod
+    def create(cls, host_id: str, *, options: dict[str, Any] | None = None) -> CloneHost:
+        handle = _HOST_ACTOR.options(**_HOST_OPTIONS, name=None, **(options or {})).remote()
+        return cls(handle, host_id)
+
+    async def _ask(self, call: _Call) -> Any:
+        """Make one call on the host actor and await it; a host that is gone raises
+        :class:`ClusterError`."""
+        try:
+            return await call(self.handle)
+        except (ActorDiedError, ActorUnavailableError, RayActorError) as exc:
+            raise ClusterError(f"clone host {self.host_id} is gone: {type(exc).__name__}") from None
+
+    async def start(
+        self,
+        specs: Sequence[CloneSpec],
+        config: Config,
+        sim_script: SimScript | None = None,
+        checkpoints: Mapping[str, dict[str, Any]] | None = None,
+    ) -> int:
+        """Start ``specs`` on the host; a job with an entry in ``checkpoints`` resumes from it."""
+        ckpts = dict(checkpoints) if checkpoints else None
+        return cast(
+            int, await self._ask(lambda h: h.start.remote(list(specs), config, sim_script, ckpts))
+        )
+
+    async def cancel(self, job_ids: Sequence[str]) -> list[str]:
+        return cast(list[str], await self._ask(lambda h: h.cancel.remote(list(job_ids))))
+
+    async def deliver(self, items: Sequence[Mapping[str, Any]]) -> int:
+        batch = [dict(item) for item in items]
+        return cast(int, await self._ask(lambda h: h.deliver.remote(batch)))
+
+    async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
+        return cast(list[dict[str, Any]], await self._ask(lambda h: h.drain.remote(wait_s)))
+
+    async def plan(self, planner: Callable[[], tuple[CloneSpec, ...]]) -> tuple[CloneSpec, ...]:
+        """Render a nested spawn on this host (see :meth:`HostCore.plan`); the render's own
+        errors (a ``TemplateError``...) come back unwrapped, anything else as
+        :class:`ClusterError`."""
+        try:
+            out = await self._ask(lambda h: h.plan.remote(planner))
+        except RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, ClonefleetError):
+                raise cause from None
+            raise ClusterError(
+                f"clone host {self.host_id} failed to plan: {type(exc).__name__}"
+            ) from None
+        return cast(tuple[CloneSpec, ...], out)
+
+    async def node_id(self) -> str:
+        return cast(str, await self._ask(lambda h: h.node_id.remote()))
+
+    async def watch(self) -> None:
+        """Return only when the host is gone, raising :class:`ClusterError`."""
+        await self._ask(lambda h: h.watch.remote())
+
+    def kill(self) -> None:
+        ray.kill(self.handle, no_restart=True)

@@ -1,0 +1,29 @@
+"""Planning a batch: from (agent, prompt, count, options) to rendered clone specs and the
+submission the scheduler starts, on the caller's machine or on a spawning clone's host.
+"""
+
+from clonefleet.planning._batch_plan import BatchPlan as BatchPlan
+from clonefleet.planning._batch_plan import plan_batch as plan_batch
+from clonefleet.planning._budget_check import check_budget as check_budget
+from clonefleet.planning._clone_specs import BatchRequest as BatchRequest
+from clonefleet.planning._clone_specs import check_count as check_count
+from clonefleet.planning._clone_specs import clone_tools as clone_tools
+from clonefleet.planning._clone_specs import plan_specs as plan_specs
+from clonefleet.planning._clone_specs import resolve_tools as resolve_tools
+from clonefleet.planning._submission import BatchSubmission as BatchSubmission
+from clonefleet.planning._submission import new_batch_id as new_batch_id
+from clonefleet.planning._submission import new_job_id as new_job_id
+
+__all__ = [
+    "BatchPlan",
+    "BatchRequest",
+    "BatchSubmission",
+    "check_budget",
+    "check_count",
+    "clone_tools",
+    "new_batch_id",
+    "new_job_id",
+    "plan_batch",
+    "plan_specs",
+    "resolve_tools",
+]

@@ -1,0 +1,127 @@
+"""Planning a batch on the caller's machine: :func:`plan_batch` checks and renders a whole
+batch (definitions, models, budgets, every clone's prompt) into a :class:`BatchPlan` before any
+cluster is involved. :class:`~clonefleet.Fleet` submits plans; nothing here touches Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from clonefleet.config import Config
+from clonefleet.planning._clone_specs import BatchRequest, check_count, plan_specs
+from clonefleet.planning._submission import BatchSubmission, new_batch_id, new_job_id
+from clonefleet.providers import SimScript
+
+__all__ = ["BatchPlan", "plan_batch"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchPlan:
+    """A validated, fully rendered batch that has not started (made without Ray)."""
+
+    submission: BatchSubmission
+    request: BatchRequest
+    caller_cwd: Path
+
+    @property
+    def job_ids(self) -> tuple[str, ...]:
+        return tuple(s.job_id for s in self.submission.specs)
+
+    def redraw(self) -> BatchPlan:
+        """The same batch rendered again with newly drawn ids."""
+        return _plan(self.request, self.submission.config, self.caller_cwd)
+
+
+def plan_batch(
+    agent: str,
+    prompt: str,
+    count: int = 1,
+    *,
+    config: Config,
+    caller_cwd: Path,
+    model: str | None = None,
+    cwd: str | None = None,
+    approve_chdir: bool = False,
+    variables: Mapping[str, str] | None = None,
+    subagents_dirs: Sequence[str] = (),
+    sim_script: SimScript | str | None = None,
+    clones_per_actor: int | None = None,
+    max_concurrency: int | None = None,
+    budget_tokens: int | None = None,
+    budget_usd: float | None = None,
+) -> BatchPlan:
+    """Check and render a whole batch on this machine, before any cluster is involved.
+
+    Ids are drawn here (``sa_`` + 8 hex); the scheduler refuses any already in use and
+    :meth:`Fleet.submit` then draws again, so a usage or template error never costs a Ray start.
+    ``budget_tokens`` and ``budget_usd`` bound what the batch (with its subagents) may use: once
+    its usage passes either, no more of its jobs start and those running are cancelled (stop
+    reason ``budget``).
+
+    Raises:
+        UsageError: bad count, cwd or model; a prompt over ``limits.max_prompt_chars``;
+            ``clones_per_actor`` or ``max_concurrency`` below 1; a budget that is not positive
+            and finite, or ``budget_usd`` with a model that has no price.
+        DefinitionError: unknown or invalid agent, render failure.
+        ConfigError: unreadable simulation script.
+    """
+    script = SimScript.load(sim_script) if isinstance(sim_script, str) else sim_script
+    req = BatchRequest(
+        agent=agent,
+        prompt=prompt,
+        count=count,
+        model=model,
+        cwd=cwd,
+        approve_chdir=approve_chdir,
+        variables=dict(variables or {}),
+        subagents_dirs=tuple(str(Path(d).resolve()) for d in subagents_dirs),
+        sim_script=script,
+        # 0 is not "unset": plan_specs refuses it (and negatives) like any bad value.
+        clones_per_actor=(
+            config.limits.clones_per_actor if clones_per_actor is None else clones_per_actor
+        ),
+        max_concurrency=max_concurrency,
+        budget_tokens=budget_tokens,
+        budget_usd=budget_usd,
+    )
+    return _plan(req, config, Path(caller_cwd).resolve())
+
+
+def _plan(req: BatchRequest, config: Config, caller_cwd: Path) -> BatchPlan:
+    from clonefleet.definitions import load_catalog, load_skills
+
+    count = check_count(req.count, config)
+    catalog = load_catalog(caller_cwd, [Path(d) for d in req.subagents_dirs], config)
+    catalog.get(req.agent)
+    skills = load_skills(caller_cwd, (), config)
+    batch_id = new_batch_id()
+    drawn: set[str] = set()
+    while len(drawn) < count:
+        drawn.add(new_job_id())
+    job_ids = sorted(drawn)
+    specs = plan_specs(
+        req,
+        catalog,
+        config,
+        batch_id=batch_id,
+        job_ids=job_ids,
+        caller_cwd=caller_cwd,
+        skills=skills,
+    )
+    sub = BatchSubmission(
+        batch_id=batch_id,
+        specs=specs,
+        config=config,
+        sim_script=req.sim_script,
+        clones_per_actor=req.clones_per_actor,
+        max_concurrency=req.max_concurrency,
+        subagents_dirs=req.subagents_dirs,
+        project_path=str(caller_cwd),
+        catalog=catalog,
+        skills=skills,
+        budget_tokens=req.budget_tokens,
+        budget_usd=req.budget_usd,
+    )
+    return BatchPlan(submission=sub, request=req, caller_cwd=caller_cwd)

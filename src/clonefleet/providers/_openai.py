@@ -1,0 +1,203 @@
+"""The OpenAI chat-completions wire format: request payloads and response parsing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from clonefleet.errors import (
+    ModelBehaviorError,
+)
+from clonefleet.providers._bounded_json import loads_bounded
+from clonefleet.providers._transport import HTTPProvider, summarize_json, token_count
+from clonefleet.providers._types import (
+    IdentityCache,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Role,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+
+__all__ = ["OpenAIModel", "clone_user", "openai_payload", "openai_response"]
+
+# ---------------------------------------------------------------------------------------------
+# OpenAI chat completions.
+
+
+class OpenAIModel:
+    """A model behind an OpenAI-compatible ``/chat/completions`` endpoint (vLLM, llama.cpp,
+    Ollama, OpenAI, OpenRouter, ``clonefleet provider serve``).
+
+    System messages are merged into one leading system message, because several servers' chat
+    templates reject a system message anywhere else. The clone's identity is sent as ``user``
+    (``"<batch_id>/<clone_index>"``), which the simulated server uses to pick the clone's script.
+    """
+
+    def __init__(self, provider: HTTPProvider) -> None:
+        self.provider = provider
+
+    @property
+    def deadline_s(self) -> float:
+        """The overall deadline its provider puts on every request (a failover layer need not
+        add its own when this is no longer than its timeout)."""
+        return self.provider.timeout_s
+
+    def __repr__(self) -> str:
+        return f"OpenAIModel(provider={self.provider!r})"
+
+    async def request(self, req: ModelRequest) -> ModelResponse:
+        """Send one chat completion.
+
+        Raises:
+            ModelTimeout, ModelHTTPError, ModelBehaviorError: as :meth:`HTTPProvider.post_json`;
+                also ModelBehaviorError for a malformed tool call.
+        """
+        data = await self.provider.post_json("chat/completions", openai_payload(req))
+        try:
+            return openai_response(data, req.model)
+        except ModelBehaviorError as exc:
+            failure = exc
+        raise self.provider.rewrap(failure)
+
+
+def openai_payload(req: ModelRequest) -> dict[str, Any]:
+    """The chat-completions request body for ``req``."""
+    system = "\n\n".join(m.content for m in req.messages if m.role is Role.SYSTEM and m.content)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    messages += [_openai_message(m) for m in req.messages if m.role is not Role.SYSTEM]
+    payload: dict[str, Any] = {"model": req.model, "messages": messages}
+    if req.tools:
+        payload["tools"] = [_openai_tool(t) for t in req.tools]
+    if req.max_tokens is not None:
+        payload["max_tokens"] = req.max_tokens
+    user = clone_user(req.metadata)
+    if user is not None:
+        payload["user"] = user
+    return payload
+
+
+def clone_user(metadata: Mapping[str, Any]) -> str | None:
+    """``"<batch_id>/<clone_index>"`` when the request carries a clone index, else ``None``."""
+    if metadata.get("clone_index") is None:
+        return None
+    return f"{metadata.get('batch_id') or ''}/{metadata['clone_index']}"
+
+
+def _openai_message(m: Message) -> dict[str, Any]:
+    if m.role is Role.TOOL:
+        return {"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content}
+    if m.role is Role.ASSISTANT and m.tool_calls:
+        calls = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": _arguments_json(c.arguments)},
+            }
+            for c in m.tool_calls
+        ]
+        if not m.content:  # optional beside tool calls; a null would make the body be searched
+            return {"role": "assistant", "tool_calls": calls}
+        return {"role": "assistant", "content": m.content, "tool_calls": calls}
+    return {"role": str(m.role), "content": m.content}
+
+
+def _arguments_json(arguments: dict[str, Any]) -> str:
+    try:
+        return orjson.dumps(arguments).decode()
+    except TypeError:  # what orjson refuses (a huge integer) the stdlib writes
+        return json.dumps(arguments, ensure_ascii=False)
+
+
+def _wire_tool(t: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+    }
+
+
+_openai_tool = IdentityCache(_wire_tool, 4096)
+"""Each tool's wire form, by its spec: a clone sends the same specs on every turn, and the
+clones of a host share most of them."""
+
+
+def openai_response(data: dict[str, Any], model: str = "") -> ModelResponse:
+    """Decode a chat-completions response body.
+
+    Raises:
+        ModelBehaviorError: no choice, a broken tool call, or an in-band error object.
+    """
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        if data.get("error"):
+            raise ModelBehaviorError(f"response carries an error: {summarize_json(data)}")
+        raise ModelBehaviorError("response has no choices")
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise ModelBehaviorError("response choice has no message")
+    text = _openai_text(message.get("content"))
+    refusal_text = message.get("refusal")
+    refusal = bool(refusal_text) or choice.get("finish_reason") == "content_filter"
+    if refusal and not text and isinstance(refusal_text, str):
+        text = refusal_text
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise ModelBehaviorError("`tool_calls` is not a list")
+    calls = tuple(_openai_call(i, c) for i, c in enumerate(raw_calls))
+    raw_usage = data.get("usage")
+    usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
+    return ModelResponse(
+        text=text,
+        tool_calls=calls,
+        usage=Usage(
+            input_tokens=token_count(usage.get("prompt_tokens")),
+            output_tokens=token_count(usage.get("completion_tokens")),
+        ),
+        model=str(data.get("model") or model),
+        refusal=refusal,
+    )
+
+
+def _openai_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts, as some servers answer
+        return "".join(
+            p.get("text", "")
+            for p in content
+            if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+    raise ModelBehaviorError("message content is neither text nor a list of parts")
+
+
+def _openai_call(index: int, raw: Any) -> ToolCall:
+    function = raw.get("function") if isinstance(raw, dict) else None
+    if (
+        not isinstance(function, dict)
+        or not isinstance(function.get("name"), str)
+        or not function["name"]
+    ):
+        raise ModelBehaviorError(f"tool call {index} has no function name")
+    name, arguments = function["name"], function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            arguments = loads_bounded(arguments) if arguments.strip() else {}
+        except ValueError as exc:  # not JSON, or nested past the cap (too deep to send back)
+            raise ModelBehaviorError(
+                f"tool call {index} ({name}) has arguments that are not valid JSON: {exc}"
+            ) from exc
+    elif arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise ModelBehaviorError(
+            f"tool call {index} ({name}) has arguments that are not a JSON object"
+        )
+    return ToolCall(id=str(raw.get("id") or f"call_{index}"), name=name, arguments=arguments)

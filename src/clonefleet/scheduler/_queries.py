@@ -1,0 +1,154 @@
+"""Reading the job table: status, results, waiting, listings and events.
+
+:class:`JobQueries` is the read side of :class:`~clonefleet.scheduler.SchedulerCore` (its base
+class): nothing here changes a job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Unpack
+
+from clonefleet import control as api
+from clonefleet.control import Seconds
+from clonefleet.errors import JournalError, UnknownJobError, UsageError
+from clonefleet.scheduler._durable import Durable
+from clonefleet.scheduler._events import PAGE_LIMIT, EventLog, Pulse
+from clonefleet.scheduler._listing import JobOrder, check_limit, page_jobs
+from clonefleet.scheduler._state import TERMINAL, JobRecord
+from clonefleet.scheduler._usage import UsageBook
+
+__all__ = ["LONGEST_WAIT_S", "JobQueries"]
+
+LONGEST_WAIT_S = 3600.0
+"""How long ``job_block`` waits when given no time limit."""
+
+
+class JobQueries:
+    """The read-only half of job control over a job table."""
+
+    jobs: dict[str, JobRecord]
+    _batches: dict[str, list[str]]
+    _children: dict[str, list[str]]
+    _order: JobOrder
+    usage: UsageBook
+    _log: EventLog
+    _ended: Pulse
+    durable: Durable
+
+    def capacity(self) -> api.Capacity:
+        raise NotImplementedError
+
+    def _get(self, job_id: str) -> JobRecord:
+        rec = self.jobs.get(job_id)
+        if rec is None:
+            raise UnknownJobError(job_id)
+        return rec
+
+    def _expand(self, ids: Sequence[str]) -> list[str]:
+        out: list[str] = []
+        for ident in ids:
+            if ident in self._batches:
+                out.extend(self._batches[ident])
+            else:
+                out.append(self._get(ident).job_id)
+        return out
+
+    async def job_status(self, job_id: str) -> api.JobStatus:
+        return self._get(job_id).status()
+
+    async def job_result(self, job_id: str) -> api.RunRecord:
+        rec = self._get(job_id)
+        if not rec.is_terminal:
+            raise UsageError(
+                f"job {job_id} is still {rec.state}; wait for it (`job_block`) or poll `job_status`"
+            )
+        await self.durable.commit()  # a result is read only once it is on disk: recorded once
+        return rec.run_record()
+
+    async def job_block(
+        self, job_ids: Sequence[str], wait_seconds: Seconds = None, timeout_seconds: Seconds = None
+    ) -> api.BlockResult:
+        ids = self._expand(job_ids)
+        limits = [x for x in (wait_seconds, timeout_seconds) if x is not None]
+        await self._until_terminal(ids, min(limits, default=LONGEST_WAIT_S))
+        statuses = [self.jobs[j].status() for j in ids]
+        done = all(s["status"] in TERMINAL for s in statuses)
+        if done:
+            await self.durable.commit()  # what the caller learns has ended stays ended
+        return {"done": done, "jobs": statuses}
+
+    async def _until_terminal(self, ids: Sequence[str], limit_s: float) -> list[str]:
+        """Wait until none of ``ids`` is pending or ``limit_s`` passed; returns those pending.
+
+        Wakes once per batch of job endings (not per event). An ended job never runs again, so
+        each wake moves past the ended jobs at the front of the pending list and stops at the
+        first one still running: jobs end in about the order they started, and waiting on
+        10,000 jobs reads each about once, not once per wake.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit_s
+        pending = [j for j in ids if not self.jobs[j].is_terminal]
+        at = 0
+        while at < len(pending):
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            await self._ended.wait(left)
+            at = self._first_pending(pending, at)
+        return [j for j in pending[at:] if self._first_pending([j], 0) == 0]
+
+    def _first_pending(self, pending: list[str], at: int) -> int:
+        """The index of the first job of ``pending`` from ``at`` on that has not ended (one no
+        longer in the table, evicted meanwhile, has ended)."""
+        jobs, end = self.jobs, len(pending)
+        while at < end:
+            rec = jobs.get(pending[at])
+            if rec is not None and not rec.is_terminal:
+                break
+            at += 1
+        return at
+
+    async def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
+        return len(await self._until_terminal(self._expand(ids), wait_seconds))
+
+    async def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
+        rows, next_cursor = page_jobs(
+            self.jobs, filters, order=self._order, batches=self._batches, children=self._children
+        )
+        return {
+            "jobs": [r.status() for r in rows],
+            "capacity": self.capacity(),
+            "totals": self._totals(rows, filters.get("batch")),
+            "next_cursor": next_cursor,
+        }
+
+    def _totals(self, rows: Sequence[JobRecord], batch: str | None = None) -> api.UsageTotals:
+        """The fleet's usage totals, and those of ``batch`` or else of each batch in ``rows``."""
+        wanted = [batch] if batch is not None else dict.fromkeys(r.batch_id for r in rows)
+        views = {b: self.usage.batch_view(b, len(self._batches.get(b, ()))) for b in wanted}
+        return {
+            "fleet": self.usage.fleet().view(),
+            "batches": {b: v for b, v in views.items() if v is not None},
+        }
+
+    async def expand(self, ids: Sequence[str]) -> list[str]:
+        return self._expand(ids)
+
+    async def events(
+        self, target: api.Target = None, **query: Unpack[api.EventQuery]
+    ) -> api.EventPage:
+        ids = set(self._expand([target])) if target else None
+        cursor, level = query.get("cursor", 0), query.get("level", "lifecycle")
+        limit = check_limit(query.get("limit"), PAGE_LIMIT) or PAGE_LIMIT
+        while cursor < (base := self._log.base):
+            # Spilled events are read back from the journal: every one of them on disk first
+            # (a spill while this waited counts too), else the page would skip those in flight.
+            try:
+                await self.durable.commit()
+            except JournalError:
+                break  # a failing journal: read what it holds
+            if self._log.base == base:
+                break
+        return await self._log.read(ids, cursor, level, query.get("wait_s", 0.0), limit)

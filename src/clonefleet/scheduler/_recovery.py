@@ -1,0 +1,216 @@
+"""A scheduler that starts over a journal: rebuilding the job table, and keeping it bounded.
+
+:func:`restore` is what a restarted scheduler (after a crash, or a ``cluster down`` and ``up``)
+does first: finished jobs come back with their records and results; each unfinished job is
+queued again and resumes from its last checkpoint, counting one restart, or ends ``failed`` with
+"cluster lost" when its batch cannot be run again (see docs/durability.md).
+:func:`housekeeping` runs for the scheduler's life: it evicts finished batches older than
+``durability.retention_s`` and compacts the journal once it passed ``durability.compact_bytes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import time
+from collections.abc import Callable
+from dataclasses import fields, replace
+from typing import TYPE_CHECKING, Any
+
+from clonefleet.clone import state_of
+from clonefleet.planning import BatchSubmission
+from clonefleet.scheduler._durable import Table
+from clonefleet.scheduler._state import JobRecord
+from clonefleet.scheduler._usage import Totals, resume_usage
+from clonefleet.vocab import EventType, JobState, StopReason
+
+if TYPE_CHECKING:
+    from clonefleet.scheduler._core import SchedulerCore
+
+__all__ = ["RestoreReport", "housekeeping", "restore"]
+
+CLUSTER_LOST = "cluster lost"
+
+
+class RestoreReport(dict[str, int]):
+    """Counts of what :func:`restore` did: ``finished``, ``resumed``, ``lost``."""
+
+
+def restore(
+    core: SchedulerCore, table: Table, loads: Callable[[bytes], Any] = pickle.loads
+) -> RestoreReport:
+    """Load a journal's table into an empty core and queue its unfinished jobs again; a batch
+    already past its budget starts none of them (they end ``cancelled``/``budget``)."""
+    report = RestoreReport(finished=0, resumed=0, lost=0)
+    core.journal_damage = list(table.damage)
+    # Numbers the old log handed out live past what it spilled by at most its memory's size.
+    core._log.continue_at(table.events_next + core._log.max_events if table.events_next else 0)
+    core._pump_held = True  # nothing starts before every batch is back and bound to hosts
+    for batch_id, ids in table.batches.items():
+        _restore_batch(core, table, batch_id, ids, loads, report)
+    for batch_id in core.usage.respend(core._batches):
+        core._mark(core._batches[batch_id], StopReason.BUDGET)
+    core._pump_held = False
+    for batch_id, meta in list(core._batch_meta.items()):
+        core._queue_batch(batch_id, meta.clones_per_actor)
+    core._pump()
+    return report
+
+
+def _restore_batch(
+    core: SchedulerCore,
+    table: Table,
+    batch_id: str,
+    ids: list[str],
+    loads: Callable[[bytes], Any],
+    report: RestoreReport,
+) -> None:
+    recs = [table.jobs[j] for j in ids if j in table.jobs]
+    core._batches[batch_id] = [r.job_id for r in recs]
+    for rec in recs:
+        core.jobs[rec.job_id] = rec
+        core._order.add(rec.job_id)
+        if rec.parent:
+            core._children.setdefault(rec.parent, []).append(rec.job_id)
+    unfinished = [r for r in recs if not r.is_terminal]
+    report["finished"] += len(recs) - len(unfinished)
+    sub = _submission(table.blobs.get(batch_id), loads) if unfinished else None
+    for rec in unfinished:
+        state = state_of(table.checkpoints.get(rec.job_id))
+        if sub is not None and state is not None:
+            resume_usage(rec, state, sub.config)
+    recorded: Totals | None = table.usage.get(batch_id)
+    budget = table.budgets.get(batch_id)
+    core.usage.restore_batch(batch_id, recs, recorded, budget, sub.config if sub else None)
+    if not unfinished:
+        return
+    if sub is None:
+        for rec in unfinished:
+            _lose(core, rec, "its batch could not be read back from the journal")
+        report["lost"] += len(unfinished)
+        return
+    resumed = _requeue(core, sub, unfinished, table.checkpoints)
+    report["resumed"] += resumed
+    report["lost"] += len(unfinished) - resumed
+
+
+def _submission(blob: bytes | None, loads: Callable[[bytes], Any]) -> BatchSubmission | None:
+    if blob is None:
+        return None
+    try:
+        sub = loads(blob)
+    except Exception:  # a batch pickled by another clonefleet version, or damaged
+        return None
+    if not isinstance(sub, BatchSubmission):
+        return None
+    # One pickled by a version with fewer fields unpickles without them (slots restored by
+    # position): it cannot be run again.
+    return sub if all(hasattr(sub, f.name) for f in fields(sub)) else None
+
+
+def _requeue(
+    core: SchedulerCore,
+    sub: BatchSubmission,
+    unfinished: list[JobRecord],
+    checkpoints: dict[str, dict[str, Any]],
+) -> int:
+    """Queue a batch's unfinished jobs again; returns how many were (the rest are lost)."""
+    specs = {s.job_id: s for s in sub.specs}
+    ids = core._batches[sub.batch_id]
+    core._add_batch(replace(sub, specs=()))
+    core._batches[sub.batch_id] = ids
+    limit = sub.config.limits.max_restarts
+    resumed = 0
+    for rec in unfinished:
+        spec = specs.get(rec.job_id)
+        was_running = rec.state is JobState.RUNNING
+        rec.state, rec.host_id, rec.node = JobState.RESERVED, None, None
+        if spec is None or (was_running and rec.restarts >= limit):
+            why = (
+                "its spec is missing from the journal"
+                if spec is None
+                else f"restarted {rec.restarts} time(s), limits.max_restarts is {limit}"
+            )
+            _lose(core, rec, why)
+            continue
+        core._specs[rec.job_id] = spec
+        core._queued += 1
+        resumed += 1
+        if not was_running:
+            continue  # it had not started: it simply starts now
+        rec.restarts += 1
+        core.durable.restarted(rec)
+        if rec.job_id in checkpoints:
+            core._checkpoints[rec.job_id] = checkpoints[rec.job_id]
+        turn = int((state_of(checkpoints.get(rec.job_id)) or {}).get("turns", 0) or 0)
+        rec.detail = f"resumed after the scheduler restarted (from turn {turn})"
+        event = {"type": str(EventType.RESTARTED), "ts": time.time(), "attempt": rec.restarts}
+        event.update(resumed_turn=turn, detail="the scheduler restarted; resumed from the journal")
+        core._log.record(rec.job_id, event)
+    return resumed
+
+
+def _lose(core: SchedulerCore, rec: JobRecord, why: str) -> None:
+    rec.state = JobState.RESERVED  # not running here: ending it frees no slot
+    core._crash(rec.job_id, f"{CLUSTER_LOST}: {why}")
+
+
+async def housekeeping(core: SchedulerCore, every_s: float = 5.0) -> None:
+    """Evict expired finished batches and compact the journal, every ``every_s`` seconds."""
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            evict_expired(core, time.time())
+            await compact_if_due(core)
+        except Exception as exc:  # noted (health) and tried again at the next round
+            core.durable.note_failure(f"housekeeping: {type(exc).__name__}: {exc}")
+
+
+def evict_expired(core: SchedulerCore, now: float) -> list[str]:
+    """Drop finished batches whose last job ended more than ``retention_s`` ago."""
+    gone = []
+    for batch_id, ids in list(core._batches.items()):
+        meta = core._batch_meta.get(batch_id)
+        keep = meta.config.durability.retention_s if meta is not None else core.retention_s
+        if keep is None:
+            continue
+        recs = [core.jobs[j] for j in ids if j in core.jobs]
+        if any(not r.is_terminal for r in recs):
+            continue
+        ended = max((r.ended_at or 0.0 for r in recs), default=0.0)
+        if now - ended < keep:
+            continue
+        for job_id in ids:
+            core.jobs.pop(job_id, None)
+            core._children.pop(job_id, None)
+        core.hosts.forget(ids)
+        del core._batches[batch_id]
+        for table in (core._batch_meta, core._batch_cap, core._batch_running):
+            table.pop(batch_id, None)
+        core.usage.drop_batch(batch_id)
+        core._order.forget(len(ids), core.jobs)
+        core.durable.evicted(batch_id)
+        gone.append(batch_id)
+    return gone
+
+
+async def compact_if_due(core: SchedulerCore) -> bool:
+    """Rewrite the journal as one snapshot of the live table once it grew past its limit."""
+    journal = core.durable.journal
+    if journal is None or journal.size_bytes() < core.compact_bytes:
+        return False
+    table = Table(jobs=core.jobs, batches=core._batches, checkpoints=core._checkpoints)
+    table.usage = dict(core.usage.batches)
+    table.budgets = {b: budget.view() for b, budget in core.usage.budgets.items()}
+    blobs: dict[str, bytes] = {}
+    for batch_id, ids in core._batches.items():
+        live = tuple(core._specs[j] for j in ids if j in core._specs)
+        meta = core._batch_meta.get(batch_id)
+        if live and meta is not None:
+            blob = core.durable.dumps_or_none(replace(meta, specs=live))
+            if blob is not None:
+                blobs[batch_id] = blob
+    records = list(core.durable.snapshot(table, blobs))
+    records.append({"k": "events", "from": core._log.next_seq, "ev": []})  # numbering goes on
+    await journal.compact(records)
+    return True

@@ -1,0 +1,91 @@
+"""What `clonefleet jobs list` and `jobs status` print (no Ray): a page of the table with usage
+totals and the command for the next page, and `--json` streamed as one JSON object."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+
+import pytest
+
+from clonefleet.cli.control import _jobs_list, _jobs_status
+from clonefleet.config import Config
+from clonefleet.journal import Journal
+from clonefleet.scheduler import JournalView, SchedulerCore
+from clonefleet.scheduler._durable import Durable
+from clonefleet.testing import LocalHosts, make_submission
+
+pytestmark = pytest.mark.timeout(30)
+
+PRICED = {
+    "sim-small": {
+        "provider": "sim",
+        "name": "sim-small",
+        "price": {"input_per_mtok": 3.0, "output_per_mtok": 15.0},
+    }
+}
+
+
+@pytest.fixture
+async def view(tmp_path) -> JournalView:
+    """The journal of a finished batch of 7 priced jobs with a token budget, read offline."""
+    journal, _ = Journal.open(tmp_path / "j")
+    journal.start_background(0.01)
+    core = SchedulerCore(LocalHosts(), durable=Durable(journal))
+    sub = make_submission(core, 7, config=Config(models=PRICED))
+    out = await core.submit(replace(sub, budget_tokens=10**6))
+    assert (await core.job_block(out["job_ids"], timeout_seconds=10))["done"]
+    await core.aclose()
+    await journal.aclose()
+    return JournalView(tmp_path / "j")
+
+
+def args(**given) -> argparse.Namespace:
+    base = {"status": None, "batch": None, "agent": None, "parent": None}
+    return argparse.Namespace(**{**base, "cursor": None, "limit": None, "json": False, **given})
+
+
+def test_the_table_shows_a_page_the_totals_and_how_to_get_the_next(view, capsys):
+    assert _jobs_list(view, args(limit=5)) == 0
+    out = capsys.readouterr().out
+    batch = next(iter(view.table.batches))
+    assert out.count(" sa_") == 5
+    assert f"batch {batch}: 7 jobs, " in out and "cost $" in out
+    assert "budget 1,000,000 tokens (not passed)" in out
+    assert "fleet: " in out and "slots in use: 0 of unlimited; queued: 0" in out
+    assert "more jobs: clonefleet jobs list --cursor j:5 --limit 5" in out
+    assert _jobs_list(view, args(limit=5, cursor="j:5")) == 0
+    rest = capsys.readouterr().out
+    assert rest.count(" sa_") == 2 and "more jobs" not in rest
+
+
+def test_json_streams_one_object_of_every_job_page_by_page(view, capsys, monkeypatch):
+    monkeypatch.setattr("clonefleet.cli.listing.STREAM_PAGE", 3)  # three replies for 7 jobs
+    calls = []
+    real = view.list_jobs
+
+    def counted(**filters):
+        calls.append(filters)
+        return real(**filters)
+
+    monkeypatch.setattr(view, "list_jobs", counted)
+    assert _jobs_list(view, args(json=True)) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert list(listing) == ["jobs", "capacity", "totals", "next_cursor"]
+    assert len(listing["jobs"]) == 7 and listing["next_cursor"] is None
+    assert [c["limit"] for c in calls] == [3, 3, 3]
+    (batch,) = listing["totals"]["batches"].values()
+    assert batch["total_tokens"] == sum(j["usage"]["total_tokens"] for j in listing["jobs"])
+    assert batch["cost_usd"] == pytest.approx(sum(j["cost_usd"] for j in listing["jobs"]))
+    # With --limit, one page and the cursor that goes on.
+    assert _jobs_list(view, args(json=True, limit=4)) == 0
+    page = json.loads(capsys.readouterr().out)
+    assert len(page["jobs"]) == 4 and page["next_cursor"] == "j:4"
+
+
+def test_status_lines_show_tokens_and_cost(view, capsys):
+    job = next(iter(view.table.jobs))
+    assert _jobs_status(view, args(ids=[job])) == 0
+    line = capsys.readouterr().out
+    assert f"{job} " in line and " tokens=" in line and " cost=$0.00" in line
