@@ -29,7 +29,7 @@ from clonefleet.clone.tools._table import Tool as Tool
 from clonefleet.clone.tools._table import ToolContext as ToolContext
 from clonefleet.clone.tools._table import resolve_inside as resolve_inside
 from clonefleet.clone.tools._table import tool_from_function as tool_from_function
-from clonefleet.clone.tools._web import WebAccess as WebAccess
+from clonefleet.clone.tools._web_access import WebAccess as WebAccess
 
 __all__ = [
     "pack_state",

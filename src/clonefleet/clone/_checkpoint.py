@@ -6,34 +6,32 @@ counters, usage, turn count, progress, todo list, model and failover cursor, war
 of the inbox deliveries already in its context. It holds only dicts with string keys, lists, strings,
 numbers, booleans and ``None``, so the scheduler can journal it as msgpack or JSON.
 
-A checkpoint comes back from disk, so :func:`restore` trusts nothing: every field is checked
-before any is applied, and a checkpoint that fails a check leaves the clone as a fresh start.
-This module is the loop's companion: it reads and writes the :class:`Clone`'s own state.
+The clone hands its state over as a :class:`CloneState` (:func:`checkpoint_data` makes the plain
+data of it) and takes it back from :func:`read_checkpoint`, which trusts nothing: a checkpoint
+comes back from disk, so every field is checked before the clone applies any, and one that fails
+a check leaves the clone as a fresh start.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack  # type: ignore[import-untyped]  # msgpack ships no type hints
 
-from clonefleet.clone._failover import FailoverModel
 from clonefleet.clone.exit._judge import ExitJudge
 from clonefleet.clone.tools._todos import check_todos
 from clonefleet.providers import Message, Role, ToolCall, Usage
 
-if TYPE_CHECKING:
-    from clonefleet.clone._loop import Clone
-
 __all__ = [
     "CHECKPOINT_VERSION",
+    "CloneState",
+    "checkpoint_data",
     "message_from_json",
     "message_json",
     "pack_state",
-    "restore",
-    "snapshot",
+    "read_checkpoint",
     "state_of",
 ]
 
@@ -98,52 +96,57 @@ def _tool_call(data: Any) -> ToolCall:
     )
 
 
-def snapshot(clone: Clone) -> dict[str, Any]:
-    """The clone's state after its latest finished turn, as plain data.
-
-    Lists are copied shallowly; what they hold (strings, message dicts, the progress dict, the
-    todo list, tool arguments) is never changed in place by the loop, so it is shared rather than copied.
-    """
-    model = clone.model
-    return {
-        "v": CHECKPOINT_VERSION,
-        "job_id": clone.spec.job_id,
-        "turns": clone.turns,
-        "usage": {
-            "input_tokens": clone.usage.input_tokens,
-            "output_tokens": clone.usage.output_tokens,
-        },
-        "messages": [message_json(m) for m in clone.messages],
-        "summary": list(clone._summary),
-        "loaded_skills": list(clone._loaded_skills),
-        "visible": sorted(clone._visible),
-        "judge": clone.judge.export_state(),
-        "progress": clone.progress,
-        "todos": clone.todos,
-        "model_name": clone.model_name,
-        "failover": model.export_cursor() if isinstance(model, FailoverModel) else None,
-        "warnings": list(clone.warnings),
-        "delivered": list(clone.delivered),
-    }
-
-
 @dataclass(slots=True, kw_only=True)
-class _Checked:
-    """A checkpoint whose every field passed its check, ready to apply."""
+class CloneState:
+    """A clone's state after a finished turn: what its checkpoint holds."""
 
     turns: int
     usage: Usage
     messages: list[Message]
     summary: list[str]
+    """One line per message compacted away, oldest first."""
     loaded_skills: dict[str, str]
+    """The skills the clone loaded, name to body."""
     visible: set[str]
+    """The tools the model sees (the others are deferred)."""
     judge: ExitJudge
     progress: dict[str, Any] | None
     todos: list[dict[str, Any]] | None
     model_name: str | None
     failover: dict[str, Any] | None
+    """The failover model's cursor (``None``: the clone's model is a bare one)."""
     warnings: list[str]
     delivered: list[str]
+    """Ids of the inbox deliveries taken into the context, in order."""
+
+
+def checkpoint_data(job_id: str, state: CloneState) -> dict[str, Any]:
+    """The checkpoint of job ``job_id`` in ``state``, as plain data.
+
+    Lists are copied shallowly; what they hold (strings, message dicts, the progress dict, the
+    todo list, tool arguments) is never changed in place by the loop, so it is shared rather
+    than copied.
+    """
+    return {
+        "v": CHECKPOINT_VERSION,
+        "job_id": job_id,
+        "turns": state.turns,
+        "usage": {
+            "input_tokens": state.usage.input_tokens,
+            "output_tokens": state.usage.output_tokens,
+        },
+        "messages": [message_json(m) for m in state.messages],
+        "summary": list(state.summary),
+        "loaded_skills": list(state.loaded_skills),
+        "visible": sorted(state.visible),
+        "judge": state.judge.export_state(),
+        "progress": state.progress,
+        "todos": state.todos,
+        "model_name": state.model_name,
+        "failover": state.failover,
+        "warnings": list(state.warnings),
+        "delivered": list(state.delivered),
+    }
 
 
 def pack_state(state: dict[str, Any]) -> bytes | dict[str, Any]:
@@ -170,68 +173,60 @@ def state_of(value: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def restore(clone: Clone, state: Any) -> bool:
-    """Put ``clone`` (freshly built) in the state of checkpoint ``state``.
+def read_checkpoint(
+    data: Any,
+    *,
+    job_id: str,
+    exit_schema: dict[str, Any],
+    skill_catalog: Mapping[str, tuple[str, str]],
+    tools: Collection[str],
+) -> CloneState:
+    """The state in checkpoint ``data`` (packed or a dict) of job ``job_id``, every field checked.
 
-    Returns ``True`` when it did. A checkpoint of another job or format version, or one that
-    fails a check, changes nothing but a warning in ``clone.warnings``: the clone starts afresh.
+    Skills are taken from ``skill_catalog`` (name to description and body) and visible tools
+    kept only when in ``tools``: a checkpoint names them, the clone's definition grants them.
+
+    Raises:
+        ValueError: the checkpoint cannot be unpacked, is of another job or format version, or
+            fails a check (the message says which).
+        TypeError: a check that missed a shape.
     """
-    if isinstance(state, bytes | bytearray | memoryview):
-        state = state_of(state)
-        if state is None:
-            clone.warnings.append(
-                "checkpoint ignored, the run started afresh: it cannot be unpacked"
-            )
-            return False
-    try:
-        checked = _check(clone, state)
-        if checked.failover is not None and isinstance(clone.model, FailoverModel):
-            clone.model.restore_cursor(checked.failover)  # the last check: it changes the model
-    except (ValueError, TypeError) as exc:  # TypeError: a check that missed a shape, still no crash
-        clone.warnings.append(f"checkpoint ignored, the run started afresh: {exc}")
-        return False
-    clone.turns, clone.usage, clone.messages = checked.turns, checked.usage, checked.messages
-    clone._summary, clone._loaded_skills = checked.summary, checked.loaded_skills
-    clone._visible, clone.judge, clone.progress = checked.visible, checked.judge, checked.progress
-    clone.model_name, clone.warnings = checked.model_name, checked.warnings
-    clone.todos = checked.todos
-    clone.delivered = checked.delivered
-    return True
-
-
-def _check(clone: Clone, state: Any) -> _Checked:
-    if not isinstance(state, Mapping):
-        raise _Malformed(f"not a mapping but {type(state).__name__}")
-    version = state.get("v")
+    if isinstance(data, bytes | bytearray | memoryview):
+        data = state_of(data)
+        if data is None:
+            raise _Malformed("it cannot be unpacked")
+    if not isinstance(data, Mapping):
+        raise _Malformed(f"not a mapping but {type(data).__name__}")
+    version = data.get("v")
     if version != CHECKPOINT_VERSION or isinstance(version, bool):
         raise _Malformed(f"unknown format version {str(version)[:20]!r}")
-    if state.get("job_id") != clone.spec.job_id:
+    if data.get("job_id") != job_id:
         raise _Malformed("it belongs to another job")
-    messages = [message_from_json(m) for m in _typed(state.get("messages"), list, "messages")]
+    messages = [message_from_json(m) for m in _typed(data.get("messages"), list, "messages")]
     if not messages:
         raise _Malformed("it holds no messages")
-    usage = _typed(state.get("usage"), dict, "usage")
-    judge = ExitJudge(clone.spec.exit_schema)
-    judge.restore_state(_typed(state.get("judge"), dict, "judge"))
-    skills = _strings(state.get("loaded_skills"), "loaded_skills")
-    progress, todos = state.get("progress"), state.get("todos")
-    return _Checked(
-        turns=_count(state.get("turns"), "turns"),
+    usage = _typed(data.get("usage"), dict, "usage")
+    judge = ExitJudge(exit_schema)
+    judge.restore_state(_typed(data.get("judge"), dict, "judge"))
+    skills = _strings(data.get("loaded_skills"), "loaded_skills")
+    progress, todos = data.get("progress"), data.get("todos")
+    return CloneState(
+        turns=_count(data.get("turns"), "turns"),
         usage=Usage(
             input_tokens=_count(usage.get("input_tokens"), "input_tokens"),
             output_tokens=_count(usage.get("output_tokens"), "output_tokens"),
         ),
         messages=messages,
-        summary=_strings(state.get("summary"), "summary"),
-        loaded_skills={n: clone.skill_catalog[n][1] for n in skills if n in clone.skill_catalog},
-        visible=set(_strings(state.get("visible"), "visible")) & set(clone.tools),
+        summary=_strings(data.get("summary"), "summary"),
+        loaded_skills={n: skill_catalog[n][1] for n in skills if n in skill_catalog},
+        visible=set(_strings(data.get("visible"), "visible")) & set(tools),
         judge=judge,
         progress=None if progress is None else _typed(progress, dict, "progress"),
         todos=None if todos is None else check_todos(todos),
-        model_name=_optional_str(state.get("model_name"), "model_name"),
-        failover=_optional(state.get("failover"), dict, "failover"),
-        warnings=_strings(state.get("warnings"), "warnings"),
-        delivered=_strings(state.get("delivered"), "delivered"),
+        model_name=_optional_str(data.get("model_name"), "model_name"),
+        failover=_optional(data.get("failover"), dict, "failover"),
+        warnings=_strings(data.get("warnings"), "warnings"),
+        delivered=_strings(data.get("delivered"), "delivered"),
     )
 
 

@@ -3,8 +3,9 @@
 :class:`Clone` owns one clone's context, tool surface, exit judge and usage; it talks to a
 :class:`~clonefleet.clone.Model` (usually a :class:`FailoverModel`) and reports through an
 ``emit`` callback. It knows nothing of actors, the scheduler or the journal. The control tools'
-work is in ``_controltools``, how a run ends in ``_ending``, and the state behind the stateful
-work tools (todo list, background shells) in ``_services``, made on the first tool call.
+work is in ``tools._control``, how a run ends in ``_run_end``, the checkpoint format of its state
+in ``_checkpoint``, and the state behind the stateful work tools (todo list, background shells) in
+``tools._tool``, made on the first tool call.
 """
 
 from __future__ import annotations
@@ -15,17 +16,23 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from clonefleet.clone._checkpoint import restore, snapshot
+from clonefleet.clone._checkpoint import CloneState, checkpoint_data, read_checkpoint
 from clonefleet.clone._clone_spec import CloneSpec, RunResult
 from clonefleet.clone._compaction import compact, context_tokens
+from clonefleet.clone._failover import FailoverModel
 from clonefleet.clone._run_end import SALVAGE_WARNING, Ending, run_result
 from clonefleet.clone.exit._judge import ExitJudge, Verdict
-from clonefleet.clone.tools._control import exit_spec, load_skill, skill_spec, tool_search
-from clonefleet.clone.tools._control_specs import CONTROL_SPECS
+from clonefleet.clone.tools._control import (
+    CONTROL_SPECS,
+    exit_spec,
+    load_skill,
+    skill_spec,
+    tool_search,
+)
 from clonefleet.clone.tools._jobs import job_tools
 from clonefleet.clone.tools._table import WORK_TOOL_TABLE, Tool, ToolContext, check_arguments
-from clonefleet.clone.tools._web import WebAccess
-from clonefleet.clone.tools._work_state import CloneServices, Todos
+from clonefleet.clone.tools._tool import CloneToolState, Todos
+from clonefleet.clone.tools._web_access import WebAccess
 from clonefleet.control import JobControl
 from clonefleet.errors import AllModelsFailed, ModelError, ToolRetry
 from clonefleet.providers import Message, Model, ModelRequest, ModelResponse, Role, ToolCall, Usage
@@ -89,7 +96,7 @@ class Clone:
         self._control = control
         self._host_tools = dict(host_tools or {})
         self._web = web
-        self._services: CloneServices | None = None
+        self._tool_state: CloneToolState | None = None
         """State of the stateful tools (todo list, background shells), made on first use."""
         self._context: ToolContext | None = None
         self._emit_fn = emit or (lambda event: None)
@@ -116,7 +123,7 @@ class Clone:
         self.delivered: list[str] = []
         """Ids of the inbox deliveries taken into the context, in order."""
         self._cancel_requested = False
-        self.resumed = resume is not None and restore(self, resume)
+        self.resumed = resume is not None and self._resume(resume)
         """Whether the clone continues a run from a checkpoint."""
 
     # -- setup ---------------------------------------------------------------------------
@@ -157,34 +164,81 @@ class Clone:
 
     def snapshot(self) -> dict[str, Any]:
         """The state after the latest finished turn, as plain data (see ``_checkpoint``)."""
-        return snapshot(self)
+        model = self.model
+        state = CloneState(
+            turns=self.turns,
+            usage=self.usage,
+            messages=self.messages,
+            summary=self._summary,
+            loaded_skills=self._loaded_skills,
+            visible=self._visible,
+            judge=self.judge,
+            progress=self.progress,
+            todos=self.todos,
+            model_name=self.model_name,
+            failover=model.export_cursor() if isinstance(model, FailoverModel) else None,
+            warnings=self.warnings,
+            delivered=self.delivered,
+        )
+        return checkpoint_data(self.spec.job_id, state)
+
+    def _resume(self, checkpoint: Any) -> bool:
+        """Put this freshly built clone in the state of ``checkpoint`` (a :meth:`snapshot`,
+        packed or not); whether it did. One of another job or format version, or one that fails
+        a check, changes nothing but a warning: the clone starts afresh."""
+        try:
+            state = read_checkpoint(
+                checkpoint,
+                job_id=self.spec.job_id,
+                exit_schema=self.spec.exit_schema,
+                skill_catalog=self.skill_catalog,
+                tools=self.tools,
+            )
+            if state.failover is not None and isinstance(self.model, FailoverModel):
+                self.model.restore_cursor(state.failover)  # the last check: it changes the model
+        except (ValueError, TypeError) as exc:  # TypeError: a check that missed a shape
+            self.warnings.append(f"checkpoint ignored, the run started afresh: {exc}")
+            return False
+        self.turns, self.usage, self.messages = state.turns, state.usage, state.messages
+        self._summary, self._loaded_skills = state.summary, state.loaded_skills
+        self._visible, self.judge, self.progress = state.visible, state.judge, state.progress
+        self.model_name, self.warnings = state.model_name, state.warnings
+        self.todos = state.todos
+        self.delivered = state.delivered
+        return True
 
     def request_cancel(self) -> None:
         """Mark the coming cancellation as ours (so it ends ``cancelled``, not abnormal)."""
         self._cancel_requested = True
 
     @property
+    def tool_state(self) -> CloneToolState | None:
+        """The state behind the clone's stateful tools (todo list, background shells); ``None``
+        before its first tool call."""
+        return self._tool_state
+
+    @property
     def todos(self) -> Todos | None:
         """The latest list of ``todo_write`` (``None`` before its first call)."""
-        return None if self._services is None else self._services.todos
+        return None if self._tool_state is None else self._tool_state.todos
 
     @todos.setter
     def todos(self, todos: Todos | None) -> None:
-        if todos is not None or self._services is not None:
-            self._tool_context().clone_services("todo_write").todos = todos
+        if todos is not None or self._tool_state is not None:
+            self._tool_context().clone_state("todo_write").todos = todos
 
     def _tool_context(self) -> ToolContext:
         """What the work tools may touch, made on the first tool call (a clone that calls no
         tool pays nothing for it)."""
         if self._context is None:
-            self._services = CloneServices(
+            self._tool_state = CloneToolState(
                 on_todos=lambda todos: self._emit(EventType.TODO, todos=todos)
             )
             self._context = ToolContext(
                 root=Path(self.spec.cwd),
                 web=self._web,
                 policy=self.spec.policy,
-                services=self._services,
+                state=self._tool_state,
             )
         return self._context
 
@@ -226,9 +280,9 @@ class Clone:
         except Exception as exc:  # a bug in a tool or the loop must still end the job
             ending = Ending(StopReason.ABNORMAL, detail=f"{type(exc).__name__}: {exc}")
         finally:
-            if self._services is not None:
+            if self._tool_state is not None:
                 # However the run ends (an outer cancel included): no background shell outlives it.
-                await self._services.aclose()
+                await self._tool_state.aclose()
         return self._finish(ending)
 
     async def _turns(self) -> Ending:

@@ -242,6 +242,10 @@ class HostCore:
         emit({"type": _FINAL, "ts": time.time(), "result": result.to_json()})
         return result
 
+    def running_clone(self, job_id: str) -> Clone | None:
+        """The clone running job ``job_id`` on this host (``None``: none is, or it ended)."""
+        return self._clones.get(job_id)
+
     def deliver(self, items: Sequence[Mapping[str, Any]]) -> int:
         """Hand messages (``{delivery_id, job_id, text}``) to clones here: each clone takes its
         own, in order, at its next turn boundary, and acknowledges them with a

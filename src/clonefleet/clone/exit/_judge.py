@@ -2,7 +2,7 @@
 
 ``classify`` decides what an accepted ``exit_tool`` payload means; ``ExitJudge`` keeps the
 per-run state of corrective retries, salvage and the no-progress breaker. The schema check is
-bounded in size and time (``_exit_bounds``): a payload over the caps, or one whose check runs out
+bounded in size and time (``_bounds``): a payload over the caps, or one whose check runs out
 of time, goes back to the model as a tool error.
 """
 

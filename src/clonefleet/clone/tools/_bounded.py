@@ -3,9 +3,9 @@
 A host runs many clones on one event loop, so a tool must never hold that loop: the work of the
 file tools runs in a worker thread of a small pool of its own (not the loop's default executor,
 which the host's HTTP clients use for name resolution). A thread cannot be killed, so the work is
-cooperative: it gets a :class:`Budget` and calls :meth:`Budget.check` often (per directory entry,
-per line); a cancelled clone sets the budget's flag, a passed deadline fails the check, and the
-work ends at its next check. Regular-expression matching is the one step that could run long
+cooperative: it gets a :class:`ToolDeadline` and calls :meth:`ToolDeadline.check` often (per
+directory entry, per line); a cancelled clone sets the deadline's cancel flag, a passed deadline
+fails the check, and the work ends at its next check. Regular-expression matching is the one step that could run long
 between checks; it uses the ``regex`` package, which releases the GIL while matching and takes a
 ``timeout`` (see ``_search``).
 
@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from clonefleet.errors import ToolRetry
 
-__all__ = ["Budget", "active_work", "run_bounded"]
+__all__ = ["ToolDeadline", "active_work", "run_bounded"]
 
 T = TypeVar("T")
 
@@ -38,7 +38,7 @@ _active = 0
 _active_lock = threading.Lock()
 
 
-class Budget:
+class ToolDeadline:
     """The limits one tool call's work runs under: a deadline, a cancel flag, a visit count.
 
     Args:
@@ -49,7 +49,7 @@ class Budget:
 
     def __init__(self, what: str, timeout_s: float, max_visits: int) -> None:
         self.what, self.timeout_s, self.max_visits = what, timeout_s, max_visits
-        self.deadline = time.monotonic() + timeout_s
+        self.ends_at = time.monotonic() + timeout_s
         self.visits = 0
         self._cancelled = threading.Event()
 
@@ -63,7 +63,7 @@ class Budget:
 
     def remaining(self) -> float:
         """Seconds left before the deadline (never negative)."""
-        return max(0.0, self.deadline - time.monotonic())
+        return max(0.0, self.ends_at - time.monotonic())
 
     def check(self) -> None:
         """Raise when the work must stop.
@@ -73,7 +73,7 @@ class Budget:
         """
         if self._cancelled.is_set():
             raise ToolRetry(f"{self.what} was cancelled")
-        if time.monotonic() >= self.deadline:
+        if time.monotonic() >= self.ends_at:
             raise self.timed_out()
 
     def visit(self) -> None:
@@ -103,13 +103,13 @@ def _executor() -> ThreadPoolExecutor:
         return _pool
 
 
-def _call(work: Callable[[Budget], T], budget: Budget) -> T:
+def _call(work: Callable[[ToolDeadline], T], deadline: ToolDeadline) -> T:
     global _active
     with _active_lock:
         _active += 1
     try:
-        budget.check()  # queued past its deadline, or cancelled while queued
-        return work(budget)
+        deadline.check()  # queued past its deadline, or cancelled while queued
+        return work(deadline)
     finally:
         with _active_lock:
             _active -= 1
@@ -122,12 +122,12 @@ def active_work() -> int:
 
 
 async def run_bounded(
-    work: Callable[[Budget], T], *, what: str, timeout_s: float, max_visits: int = 100_000
+    work: Callable[[ToolDeadline], T], *, what: str, timeout_s: float, max_visits: int = 100_000
 ) -> T:
-    """Run ``work(budget)`` in a worker thread; answer within the deadline; stop it when cancelled.
+    """Run ``work(deadline)`` in a worker thread; answer within the deadline; stop it when cancelled.
 
     Args:
-        work: the blocking work; it calls the budget's checks often.
+        work: the blocking work; it calls the deadline's checks often.
         what: the tool's name, for the error texts.
         timeout_s: the call's deadline in seconds.
         max_visits: directory entries the work may look at.
@@ -139,16 +139,16 @@ async def run_bounded(
         ToolRetry: the work failed, or the deadline passed.
         asyncio.CancelledError: the calling task was cancelled (the work is told to stop).
     """
-    budget = Budget(what, timeout_s, max_visits)
-    future = asyncio.get_running_loop().run_in_executor(_executor(), _call, work, budget)
+    deadline = ToolDeadline(what, timeout_s, max_visits)
+    future = asyncio.get_running_loop().run_in_executor(_executor(), _call, work, deadline)
     try:
         done, _ = await asyncio.wait({future}, timeout=timeout_s + _GRACE_S)
     except asyncio.CancelledError:
-        budget.cancel()
+        deadline.cancel()
         future.cancel()  # drops it if it is still queued
         raise
     if not done:
-        budget.cancel()
+        deadline.cancel()
         future.cancel()
-        raise budget.timed_out()
+        raise deadline.timed_out()
     return future.result()

@@ -2,8 +2,9 @@
 the model-facing specs of ``skill`` and ``exit_tool``.
 
 Plain functions over the clone's tool table and skill catalog; ``progress_update`` and the exit
-judge stay in the loop (``_loop``), which owns the state they change. The specs of the control
-tools live in ``_control_specs``.
+judge stay in the loop (``_loop``), which owns the state they change. :data:`CONTROL_SPECS` holds
+what the model sees of the control tools but ``exit_tool``, whose parameters are the definition's
+exit schema (:func:`exit_spec`).
 """
 
 from __future__ import annotations
@@ -12,12 +13,47 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from clonefleet.clone.tools._control_specs import CONTROL_SPECS
 from clonefleet.clone.tools._tool import Tool
 from clonefleet.errors import ToolRetry
 from clonefleet.providers import IdentityCache, ToolSpec
 
-__all__ = ["exit_spec", "load_skill", "skill_spec", "tool_search"]
+__all__ = ["CONTROL_SPECS", "exit_spec", "load_skill", "skill_spec", "tool_search"]
+
+CONTROL_SPECS: dict[str, ToolSpec] = {
+    "progress_update": ToolSpec(
+        name="progress_update",
+        description="Record a brief status snapshot for the caller (not a result channel).",
+        parameters={
+            "type": "object",
+            "properties": {"summary": {"type": "string"}},
+            "required": ["summary"],
+        },
+    ),
+    "tool_search": ToolSpec(
+        name="tool_search",
+        description="Look up deferred tools by name or keyword; found tools become callable.",
+        parameters={
+            "type": "object",
+            "properties": {"query": {"type": "string"}},
+            "required": ["query"],
+        },
+    ),
+    "skill": ToolSpec(
+        name="skill",
+        description="Load one of your available skills by name; its instructions stay with you for the run.",
+        parameters={
+            "type": "object",
+            "properties": {"name": {"type": "string"}},
+            "required": ["name"],
+        },
+    ),
+    "switch_facet": ToolSpec(
+        name="switch_facet",
+        description="Not available to subagents.",
+        parameters={"type": "object"},
+    ),
+}
+"""The tool specs of the control tools every clone has, by name."""
 
 
 def tool_search(query: str, tools: Mapping[str, Tool], visible: set[str]) -> str:

@@ -1,10 +1,10 @@
 """The file tools: ``file_read``, ``file_write``, ``file_edit`` and ``list_dir``.
 
-Every path goes through the launch-directory sandbox of ``_sandbox`` (the check, then an open that
+Every path goes through the launch-directory confinement of ``_confine`` (the check, then an open that
 follows no symbolic link and refuses a regular file with more than one hard link). Only regular
 files are read or written: a named pipe or a device inside the launch directory is refused (opened
 with ``O_NONBLOCK``, so a pipe without a writer cannot hold the open). The work runs off the event
-loop under the call's deadline (``_toolbase.off_loop``).
+loop under the call's deadline (``_tool.off_loop``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from clonefleet.clone.tools._bounded import Budget
+from clonefleet.clone.tools._bounded import ToolDeadline
 from clonefleet.clone.tools._confine import open_checked, resolve_inside
 from clonefleet.clone.tools._tool import MAX_ENTRIES, MAX_OUTPUT, ToolContext, off_loop
 from clonefleet.errors import ToolRetry
@@ -61,7 +61,7 @@ def _edit(root: Path, path: str, old: str, new: str) -> None:
     _write_text(root, path, text.replace(old, new, 1))
 
 
-def _list(root: Path, path: str, budget: Budget) -> str:
+def _list(root: Path, path: str, deadline: ToolDeadline) -> str:
     real = resolve_inside(root, path)
     if not real.is_dir():
         raise ToolRetry(f"{path} is not a directory")
@@ -70,7 +70,7 @@ def _list(root: Path, path: str, budget: Budget) -> str:
     try:
         with os.scandir(fd) as it:
             for e in it:
-                budget.check()
+                deadline.check()
                 link = e.is_symlink()
                 kind = "@" if link else "/" if e.is_dir(follow_symlinks=False) else ""
                 entries.append(e.name + kind)
@@ -100,4 +100,4 @@ async def edit_tool(args: dict[str, Any], ctx: ToolContext) -> str:
 
 async def list_tool(args: dict[str, Any], ctx: ToolContext) -> str:
     path = str(args.get("path") or ".")
-    return await off_loop(ctx, "list_dir", lambda budget: _list(ctx.root, path, budget))
+    return await off_loop(ctx, "list_dir", lambda deadline: _list(ctx.root, path, deadline))

@@ -3,7 +3,7 @@
 The notebook is plain JSON (nbformat 4), read and written here without nbformat: the structure
 is checked (a ``cells`` list of cells with a known ``cell_type`` and a text or list ``source``)
 and a malformed file is refused with the reason. Paths go through the launch-directory sandbox
-(``_sandbox``), the file may be at most :data:`MAX_NOTEBOOK_BYTES`, and the new file is written
+(``_confine``), the file may be at most :data:`MAX_NOTEBOOK_BYTES`, and the new file is written
 to a temporary name in the same directory and renamed over the old one, so a reader never sees
 half a notebook. The work runs off the event loop under the call's deadline.
 """

@@ -2,8 +2,9 @@
 
 Both walk the launch directory themselves rather than through ``pathlib``: each directory is opened
 through the sandbox (no symbolic link followed, nothing outside listed), every entry looked at is
-counted against the call's budget (``ToolContext.max_visits``, the deadline, the cancel flag), and
-each (directory, pattern position) pair is walked once, so stacked ``**`` cannot multiply the work.
+counted against the call's :class:`ToolDeadline` (``ToolContext.max_visits``, the deadline, the
+cancel flag), and each (directory, pattern position) pair is walked once, so stacked ``**`` cannot
+multiply the work.
 A pattern may hold at most two ``**`` segments.
 
 ``grep`` matches with the ``regex`` package: it releases the GIL while matching (other clones'
@@ -23,7 +24,7 @@ from typing import Any
 
 import regex
 
-from clonefleet.clone.tools._bounded import Budget
+from clonefleet.clone.tools._bounded import ToolDeadline
 from clonefleet.clone.tools._confine import HardLinked, open_checked, resolve_inside
 from clonefleet.clone.tools._files import read_regular
 from clonefleet.clone.tools._tool import MAX_ENTRIES, MAX_HITS, ToolContext, off_loop
@@ -63,8 +64,8 @@ def _matcher(seg: str) -> _Matcher:
 class _Walk:
     """Matches pattern segments against the launch directory, one listing per directory."""
 
-    def __init__(self, root: Path, budget: Budget) -> None:
-        self.root, self.budget = root, budget
+    def __init__(self, root: Path, deadline: ToolDeadline) -> None:
+        self.root, self.deadline = root, deadline
         self._listings: dict[Path, list[tuple[str, bool]]] = {}
 
     def listing(self, real: Path) -> list[tuple[str, bool]]:
@@ -80,7 +81,7 @@ class _Walk:
             try:
                 with os.scandir(fd) as it:
                     for e in it:
-                        self.budget.visit()
+                        self.deadline.visit()
                         if not e.is_symlink():
                             out.append((e.name, e.is_dir(follow_symlinks=False)))
             finally:
@@ -99,7 +100,7 @@ class _Walk:
             if (here, i) in seen:
                 continue
             seen.add((here, i))
-            self.budget.check()
+            self.deadline.check()
             last, m = i == len(segs) - 1, matchers[i]
             if m is None:  # `**`: this directory and every one below it
                 if last:
@@ -125,10 +126,10 @@ def _start(root: Path, base: str) -> Path:
     return start
 
 
-def _glob_paths(root: Path, base: str, pattern: str, budget: Budget) -> list[str]:
+def _glob_paths(root: Path, base: str, pattern: str, deadline: ToolDeadline) -> list[str]:
     segs = _segments(pattern)
     real_root = Path(os.path.realpath(root))
-    found = _Walk(root, budget).match(_start(root, base), segs)
+    found = _Walk(root, deadline).match(_start(root, base), segs)
     return [str(p.relative_to(real_root)) for p in sorted(found)[:MAX_ENTRIES]]
 
 
@@ -139,18 +140,18 @@ async def glob_tool(args: dict[str, Any], ctx: ToolContext) -> str:
 
 
 class _Grep:
-    """One ``grep`` call's search: the files under a directory, line by line, under a budget."""
+    """One ``grep`` call's search: the files under a directory, line by line, under a deadline."""
 
     def __init__(
-        self, root: Path, pattern: regex.Pattern[str], budget: Budget, slice_s: float
+        self, root: Path, pattern: regex.Pattern[str], deadline: ToolDeadline, slice_s: float
     ) -> None:
-        self.root, self.pattern, self.budget, self.slice_s = root, pattern, budget, slice_s
+        self.root, self.pattern, self.deadline, self.slice_s = root, pattern, deadline, slice_s
         self.real_root = Path(os.path.realpath(root))
         self.hits: list[str] = []
         self.linked = 0
 
     def run(self, base: str, include: str) -> list[str]:
-        found = _Walk(self.root, self.budget).match(_start(self.root, base), ["**", "*"])
+        found = _Walk(self.root, self.deadline).match(_start(self.root, base), ["**", "*"])
         for real in sorted(p for p, is_dir in found.items() if not is_dir):
             if fnmatch.fnmatch(real.name, include):
                 self.search(real)
@@ -175,14 +176,14 @@ class _Grep:
                     return
 
     def found(self, line: str, rel: str, n: int) -> bool:
-        self.budget.check()
-        limit = min(self.slice_s, self.budget.remaining())
+        self.deadline.check()
+        limit = min(self.slice_s, self.deadline.remaining())
         try:
             return self.pattern.search(line, timeout=limit) is not None
         except TimeoutError:
-            self.budget.check()  # cancelled, or the whole call's deadline passed
+            self.deadline.check()  # cancelled, or the whole call's deadline passed
             if limit < self.slice_s:  # cut short by the call's deadline, not by the slice
-                raise self.budget.timed_out() from None
+                raise self.deadline.timed_out() from None
             raise ToolRetry(
                 f"the pattern took more than {self.slice_s:g}s on one line ({rel}:{n}): it "
                 "backtracks too much (nested repetition such as `(a+)+`?); simplify it"
@@ -202,8 +203,8 @@ async def grep_tool(args: dict[str, Any], ctx: ToolContext) -> str:
     pattern, base = str(args["pattern"]), str(args.get("path") or ".")
     include = str(args.get("include") or "*")
 
-    def work(budget: Budget) -> list[str]:
-        return _Grep(ctx.root, _compile(pattern), budget, ctx.match_timeout_s).run(base, include)
+    def work(deadline: ToolDeadline) -> list[str]:
+        return _Grep(ctx.root, _compile(pattern), deadline, ctx.match_timeout_s).run(base, include)
 
     hits = await off_loop(ctx, "grep", work)
     return "\n".join(hits) or "no matches"

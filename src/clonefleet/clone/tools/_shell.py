@@ -1,5 +1,7 @@
-"""The ``shell`` tool: a ``/bin/sh`` command in the launch directory, under a deadline, or in the
-background (``run_in_background``, see ``_bgshell``).
+"""The shell tools: ``shell`` runs a ``/bin/sh`` command in the launch directory, under a deadline,
+or in the background (``run_in_background``); ``shell_output`` reads a background shell's new
+output and ``shell_kill`` stops it. The processes and the background shells are in
+``_shell_processes``.
 
 The command starts in the launch directory but is not otherwise confined: it can read or write
 anything the host process can. Grant it only where that is acceptable. It runs in a session of its
@@ -10,38 +12,19 @@ event loop: the loop waits on the process.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
-from pathlib import Path
 from typing import Any
 
-from clonefleet.clone.tools._tool import MAX_OUTPUT, ToolContext
+import regex
+
+from clonefleet.clone.tools._bounded import ToolDeadline
+from clonefleet.clone.tools._shell_processes import MAX_SHELL_BUFFER, kill_group, start_process
+from clonefleet.clone.tools._tool import MAX_OUTPUT, ToolContext, off_loop
 from clonefleet.errors import ToolRetry
 
-__all__ = ["kill_group", "shell_tool", "start_process"]
+__all__ = ["MAX_FILTER", "shell_kill_tool", "shell_output_tool", "shell_tool"]
 
-
-async def start_process(command: str, root: Path) -> asyncio.subprocess.Process:
-    """Start ``command`` with ``/bin/sh`` in ``root``, in a session (process group) of its own,
-    stdin closed, stdout and stderr into one pipe."""
-    return await asyncio.create_subprocess_shell(
-        command,
-        cwd=root,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-        env=_shell_environment(),
-    )
-
-
-def kill_group(proc: asyncio.subprocess.Process) -> None:
-    """Kill the process's whole group (the command and every child it started)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()  # the shell itself, should its group be gone already
+MAX_FILTER = 2000
+"""Characters a ``shell_output`` filter may have."""
 
 
 async def _first_bytes(stream: asyncio.StreamReader | None) -> bytes:
@@ -55,7 +38,7 @@ async def _first_bytes(stream: asyncio.StreamReader | None) -> bytes:
 async def shell_tool(args: dict[str, Any], ctx: ToolContext) -> str:
     command = str(args["command"])
     if args.get("run_in_background"):
-        shells = ctx.clone_services("shell (run_in_background)").shells
+        shells = ctx.clone_state("shell (run_in_background)").shells
         shell = await shells.start(command, ctx.root)
         return (
             f"shell_id: {shell.shell_id}\nstatus: running\n"
@@ -78,10 +61,53 @@ async def shell_tool(args: dict[str, Any], ctx: ToolContext) -> str:
     return f"exit status {proc.returncode}\n{text}"
 
 
-_HIDDEN_VARIABLES = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
-"""The cluster's credentials: a command the model chose must not print them into its context
-(and so to the model provider)."""
+def _filtered(
+    text: str, pattern: regex.Pattern[str], timeout_s: float, deadline: ToolDeadline
+) -> str:
+    kept = []
+    for line in text.splitlines(keepends=True):
+        deadline.check()
+        try:
+            if pattern.search(line, timeout=timeout_s) is not None:
+                kept.append(line)
+        except TimeoutError:
+            raise ToolRetry(
+                f"the filter took longer than {timeout_s:g}s on one line; simplify it"
+            ) from None
+    return "".join(kept)
 
 
-def _shell_environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in _HIDDEN_VARIABLES}
+def _compile(pattern: str) -> regex.Pattern[str]:
+    if len(pattern) > MAX_FILTER:
+        raise ToolRetry(f"the filter has {len(pattern)} characters; at most {MAX_FILTER}")
+    try:
+        return regex.compile(pattern)
+    except (regex.error, OverflowError, RecursionError) as exc:
+        raise ToolRetry(f"the filter is not a valid regular expression: {exc}") from None
+
+
+async def shell_output_tool(args: dict[str, Any], ctx: ToolContext) -> str:
+    shell = ctx.clone_state("shell_output").shells.get(str(args["shell_id"]))
+    pattern = _compile(str(args["filter"])) if args.get("filter") else None
+    text, dropped, waiting = shell.take(MAX_OUTPUT)
+    if pattern is not None and text:
+        text = await off_loop(
+            ctx,
+            "shell_output",
+            lambda deadline: _filtered(text, pattern, ctx.match_timeout_s, deadline),
+        )
+    lines = [shell.describe()]
+    if dropped:
+        lines.append(
+            f"[{dropped} bytes of output were dropped unread: a background shell keeps the "
+            f"newest {MAX_SHELL_BUFFER // 1024} KiB]"
+        )
+    if waiting:
+        lines.append(f"[{waiting} more bytes waiting: call shell_output again]")
+    lines.append(text if text else "(no new output)")
+    return "\n".join(lines)
+
+
+async def shell_kill_tool(args: dict[str, Any], ctx: ToolContext) -> str:
+    shell = await ctx.clone_state("shell_kill").shells.kill(str(args["shell_id"]))
+    return shell.describe()

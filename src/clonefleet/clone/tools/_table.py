@@ -2,17 +2,17 @@
 
 This module holds the table of the work tools (their model-facing specs and the coroutines that
 run them) and re-exports :class:`Tool`, :class:`ToolContext` and :func:`tool_from_function`. The
-tools themselves live by responsibility: ``_filetools`` (read, write, edit, list), ``_search``
-(glob, grep), ``_shell`` and ``_bgshell`` (commands, background shells), ``_notebook``
-(``notebook_edit``), ``_todos`` (``todo_write``), ``_webtools`` (``web_fetch``, ``web_search``)
-and ``_functool`` (Python functions as tools); ``_toolbase`` holds the shared types, ``_services``
-a clone's state behind the stateful tools, and ``_bounded`` runs work off the event loop under a
-deadline.
+tools themselves live by responsibility: ``_files`` (read, write, edit, list), ``_search`` (glob,
+grep), ``_shell`` (commands, background shells; their processes in ``_shell_processes``),
+``_notebook`` (``notebook_edit``), ``_todos`` (``todo_write``), ``_web`` (``web_fetch``,
+``web_search``; the host's HTTP client in ``_web_access``) and ``_from_function`` (Python
+functions as tools); ``_tool`` holds the shared types and a clone's state behind the stateful
+tools, and ``_bounded`` runs work off the event loop under a :class:`ToolDeadline`.
 
-Every path goes through the launch-directory sandbox of ``_sandbox`` (the check, then an open that
-follows no symbolic link and refuses a file with more than one hard link). Control tools
+Every path goes through the launch-directory confinement of ``_confine`` (the check, then an open
+that follows no symbolic link and refuses a file with more than one hard link). Control tools
 (``exit_tool``, ``progress_update``, ``tool_search``, ``skill``) are run by the agent loop
-(``_loop``, ``_controltools``).
+(``_loop``, ``_control``).
 
 The ``shell`` tool (and a background shell) starts in the launch directory but is not otherwise
 confined: a command can read or write anything the host process can. Grant it only where that is
@@ -26,13 +26,12 @@ from typing import Any
 
 import jsonschema
 
-from clonefleet.clone.tools._background_shell import shell_kill_tool, shell_output_tool
 from clonefleet.clone.tools._confine import resolve_inside
 from clonefleet.clone.tools._files import edit_tool, list_tool, read_tool, write_tool
 from clonefleet.clone.tools._from_function import tool_from_function
 from clonefleet.clone.tools._notebook import CELL_TYPES, EDIT_MODES, notebook_tool
 from clonefleet.clone.tools._search import glob_tool, grep_tool
-from clonefleet.clone.tools._shell import shell_tool
+from clonefleet.clone.tools._shell import shell_kill_tool, shell_output_tool, shell_tool
 from clonefleet.clone.tools._todos import TODO_SCHEMA, todo_tool
 from clonefleet.clone.tools._tool import Tool, ToolContext, ToolFn
 from clonefleet.clone.tools._web import web_fetch_tool, web_search_tool

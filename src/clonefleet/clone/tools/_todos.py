@@ -1,6 +1,6 @@
 """The ``todo_write`` tool: a clone's own todo list, replaced whole by each call.
 
-The list lives in the clone's :class:`~clonefleet.clone.tools._work_state.CloneServices`; each call
+The list lives in the clone's :class:`~clonefleet.clone.tools._tool.CloneToolState`; each call
 emits a ``todo`` event with the whole list, which the scheduler keeps on the job (``todos`` in
 the job status) as it keeps the latest progress, and the clone's checkpoint keeps it too. The
 list is bounded: :data:`MAX_TODOS` items of at most :data:`MAX_TODO_CHARS` characters per text.
@@ -64,9 +64,9 @@ def check_todos(value: Any) -> list[dict[str, Any]]:
 
 
 async def todo_tool(args: dict[str, Any], ctx: ToolContext) -> str:
-    services = ctx.clone_services("todo_write")
+    state = ctx.clone_state("todo_write")
     todos = [dict(item) for item in args["todos"]]
-    services.set_todos(todos)
+    state.set_todos(todos)
     counts = Counter(t["status"] for t in todos)
     done = ", ".join(f"{counts[s]} {s.replace('_', ' ')}" for s in TODO_STATUSES if counts[s])
     return f"todo list updated: {len(todos)} items" + (f" ({done})" if done else "")

@@ -11,13 +11,9 @@ from pathlib import Path
 import pytest
 
 from clonefleet.clone import Clone, ToolContext
-from clonefleet.clone.tools._background_shell import (
-    MAX_LIVE_SHELLS,
-    shell_kill_tool,
-    shell_output_tool,
-)
-from clonefleet.clone.tools._shell import shell_tool
-from clonefleet.clone.tools._work_state import CloneServices
+from clonefleet.clone.tools._shell import shell_kill_tool, shell_output_tool, shell_tool
+from clonefleet.clone.tools._shell_processes import MAX_LIVE_SHELLS
+from clonefleet.clone.tools._tool import CloneToolState
 from clonefleet.config import Config
 from clonefleet.errors import ToolRetry
 from clonefleet.host import HostCore
@@ -29,11 +25,11 @@ pytestmark = pytest.mark.timeout(30)
 
 @pytest.fixture
 async def ctx(tmp_path) -> AsyncIterator[ToolContext]:
-    services = CloneServices()
+    state = CloneToolState()
     try:
-        yield ToolContext(root=tmp_path, services=services)
+        yield ToolContext(root=tmp_path, state=state)
     finally:
-        await services.aclose()
+        await state.aclose()
 
 
 async def start(ctx: ToolContext, command: str) -> str:
@@ -44,8 +40,8 @@ async def start(ctx: ToolContext, command: str) -> str:
 
 
 def shell(ctx: ToolContext, shell_id: str):
-    assert ctx.services is not None
-    return ctx.services.shells.get(shell_id)
+    assert ctx.state is not None
+    return ctx.state.shells.get(shell_id)
 
 
 def gone(pgid: int) -> bool:
@@ -75,7 +71,7 @@ async def test_a_running_shell_reports_new_output_since_the_last_read(ctx, tmp_p
     fifo = tmp_path / "go"
     os.mkfifo(fifo)
     sid = await start(ctx, 'echo first; read line < go; echo "got $line"')
-    await wait_until(lambda: bool(shell(ctx, sid)._buf))
+    await wait_until(lambda: shell(ctx, sid).waiting > 0)
     assert await shell_output_tool({"shell_id": sid}, ctx) == f"shell {sid}: running\nfirst\n"
     fd = await asyncio.to_thread(os.open, fifo, os.O_WRONLY)
     os.write(fd, b"go\n")
@@ -129,8 +125,8 @@ async def test_at_most_eight_shells_run_at_once(ctx):
     await shell_kill_tool({"shell_id": ids[0]}, ctx)
     await start(ctx, "true")
     pids = [shell(ctx, i).proc.pid for i in ids]
-    assert ctx.services is not None
-    await ctx.services.aclose()
+    assert ctx.state is not None
+    await ctx.state.aclose()
     await wait_until(lambda: all(gone(p) for p in pids))
     with pytest.raises(ToolRetry, match="run has ended"):
         await start(ctx, "true")
@@ -153,7 +149,7 @@ async def test_every_shell_is_killed_when_the_clone_ends(tmp_path):
     result = await clone.run()
     assert result.status == "completed"
     assert model.calls[2].messages[-1].content == "shell shell_1: running\n(no new output)"
-    assert clone._services is not None and clone._services.live_shells == 0
+    assert clone.tool_state is not None and clone.tool_state.live_shells == 0
 
 
 async def test_every_shell_is_killed_when_the_clone_is_cancelled(tmp_path):
@@ -169,8 +165,8 @@ async def test_every_shell_is_killed_when_the_clone_is_cancelled(tmp_path):
     clone = Clone(make_spec(tools=("shell",), cwd=str(tmp_path)), model)
     task = asyncio.ensure_future(clone.run())
     await asyncio.wait_for(started.wait(), 10)
-    assert clone._services is not None
-    pid = clone._services.shells.get("shell_1").proc.pid
+    assert clone.tool_state is not None
+    pid = clone.tool_state.shells.get("shell_1").proc.pid
     clone.request_cancel()
     task.cancel()
     assert (await task).status == "cancelled"
@@ -194,8 +190,9 @@ async def test_every_shell_is_killed_when_its_host_closes(tmp_path):
         events += await host.drain(wait_s=0.05)
         if any(e["event"]["type"] == "tool_call_end" for e in events):
             break
-    services = host._clones["sa_1"]._services
-    assert services is not None and services.live_shells == 1
-    pid = services.shells.get("shell_1").proc.pid
+    clone = host.running_clone("sa_1")
+    assert clone is not None and clone.tool_state is not None
+    assert clone.tool_state.live_shells == 1
+    pid = clone.tool_state.shells.get("shell_1").proc.pid
     await host.aclose()
     await wait_until(lambda: gone(pid))

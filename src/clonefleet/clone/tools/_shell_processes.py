@@ -1,27 +1,25 @@
-"""Background shells: ``shell`` with ``run_in_background``, read with ``shell_output`` and stopped
-with ``shell_kill``.
+"""Shell processes: a ``/bin/sh`` command started in a session (process group) of its own, its
+whole group killed, and one clone's background shells.
 
-Each clone has at most :data:`MAX_LIVE_SHELLS` running at once. Each shell runs in a session
-(process group) of its own, like a foreground ``shell`` command, and a reader task of the
-clone's registry keeps its output: the newest :data:`MAX_SHELL_BUFFER` bytes not read yet (older
-ones are dropped, and the next read says how many). A read answers at most ``MAX_OUTPUT`` bytes;
-the rest waits for the next read. Every shell still running is killed, its whole group, when the
-clone's run ends, is cancelled, or its host closes (``CloneServices.aclose``).
+``shell`` runs a command in the foreground or, with ``run_in_background``, in the background;
+``shell_output`` reads a background shell and ``shell_kill`` stops it (the tools are in
+``_shell``). Each clone has at most :data:`MAX_LIVE_SHELLS` background shells running at once. A
+reader task of the clone's registry keeps each one's output: the newest :data:`MAX_SHELL_BUFFER`
+bytes not read yet (older ones are dropped, and the next read says how many). Every shell still
+running is killed, its whole group, when the clone's run ends, is cancelled, or its host closes
+(``CloneToolState.aclose``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
+import os
+import signal
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
-import regex
-
-from clonefleet.clone.tools._bounded import Budget
-from clonefleet.clone.tools._shell import kill_group, start_process
-from clonefleet.clone.tools._tool import MAX_OUTPUT, ToolContext, off_loop
 from clonefleet.errors import ToolRetry
 
 __all__ = [
@@ -31,8 +29,8 @@ __all__ = [
     "BackgroundShell",
     "ShellRegistry",
     "ShellStatus",
-    "shell_kill_tool",
-    "shell_output_tool",
+    "kill_group",
+    "start_process",
 ]
 
 MAX_LIVE_SHELLS = 8
@@ -42,8 +40,6 @@ MAX_KEPT_SHELLS = 16
 forgotten (with any output not read yet)."""
 MAX_SHELL_BUFFER = 1024 * 1024
 """Bytes of unread output kept per background shell (the newest)."""
-MAX_FILTER = 2000
-"""Characters a ``shell_output`` filter may have."""
 _KILL_WAIT_S = 5.0
 """How long closing waits for a killed shell to be reaped."""
 
@@ -87,6 +83,11 @@ class BackgroundShell:
     def is_done(self) -> bool:
         """The command ended and every byte of its output has been collected."""
         return self.proc.returncode is not None and self._reader.done()
+
+    @property
+    def waiting(self) -> int:
+        """Bytes of output kept and not read yet."""
+        return len(self._buf)
 
     def take(self, limit: int) -> tuple[str, int, int]:
         """Up to ``limit`` bytes of unread output as text, the bytes dropped since the last take,
@@ -178,51 +179,32 @@ class ShellRegistry:
         await asyncio.gather(*(s.reap() for s in shells), return_exceptions=True)
 
 
-def _filtered(text: str, pattern: regex.Pattern[str], timeout_s: float, budget: Budget) -> str:
-    kept = []
-    for line in text.splitlines(keepends=True):
-        budget.check()
-        try:
-            if pattern.search(line, timeout=timeout_s) is not None:
-                kept.append(line)
-        except TimeoutError:
-            raise ToolRetry(
-                f"the filter took longer than {timeout_s:g}s on one line; simplify it"
-            ) from None
-    return "".join(kept)
+async def start_process(command: str, root: Path) -> asyncio.subprocess.Process:
+    """Start ``command`` with ``/bin/sh`` in ``root``, in a session (process group) of its own,
+    stdin closed, stdout and stderr into one pipe."""
+    return await asyncio.create_subprocess_shell(
+        command,
+        cwd=root,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+        env=_shell_environment(),
+    )
 
 
-def _compile(pattern: str) -> regex.Pattern[str]:
-    if len(pattern) > MAX_FILTER:
-        raise ToolRetry(f"the filter has {len(pattern)} characters; at most {MAX_FILTER}")
-    try:
-        return regex.compile(pattern)
-    except (regex.error, OverflowError, RecursionError) as exc:
-        raise ToolRetry(f"the filter is not a valid regular expression: {exc}") from None
+def kill_group(proc: asyncio.subprocess.Process) -> None:
+    """Kill the process's whole group (the command and every child it started)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()  # the shell itself, should its group be gone already
 
 
-async def shell_output_tool(args: dict[str, Any], ctx: ToolContext) -> str:
-    shell = ctx.clone_services("shell_output").shells.get(str(args["shell_id"]))
-    pattern = _compile(str(args["filter"])) if args.get("filter") else None
-    text, dropped, waiting = shell.take(MAX_OUTPUT)
-    if pattern is not None and text:
-        text = await off_loop(
-            ctx,
-            "shell_output",
-            lambda budget: _filtered(text, pattern, ctx.match_timeout_s, budget),
-        )
-    lines = [shell.describe()]
-    if dropped:
-        lines.append(
-            f"[{dropped} bytes of output were dropped unread: a background shell keeps the "
-            f"newest {MAX_SHELL_BUFFER // 1024} KiB]"
-        )
-    if waiting:
-        lines.append(f"[{waiting} more bytes waiting: call shell_output again]")
-    lines.append(text if text else "(no new output)")
-    return "\n".join(lines)
+_HIDDEN_VARIABLES = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+"""The cluster's credentials: a command the model chose must not print them into its context
+(and so to the model provider)."""
 
 
-async def shell_kill_tool(args: dict[str, Any], ctx: ToolContext) -> str:
-    shell = await ctx.clone_services("shell_kill").shells.kill(str(args["shell_id"]))
-    return shell.describe()
+def _shell_environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in _HIDDEN_VARIABLES}
