@@ -20,7 +20,7 @@ import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 from clonefleet.clone import Clone, CloneSpec, McpManager, RunResult, pack_state
 from clonefleet.config import Config, McpServerConfig
@@ -31,7 +31,8 @@ from clonefleet.vocab import EventType, JobState, Outcome, StopReason, stop_erro
 
 __all__ = ["HostCore"]
 
-_T = TypeVar("_T")
+DRAIN_MAX_EVENTS = 20_000
+"""Events one drain returns at most."""
 
 _FINAL = str(EventType.FINAL)
 _FAILOVER = str(EventType.MODEL_FAILOVER)
@@ -149,15 +150,15 @@ class HostCore:
         specs: Sequence[CloneSpec],
         config: Config,
         sim_script: SimScript | None = None,
-        checkpoints: Mapping[str, Mapping[str, Any]] | None = None,
-    ) -> None:
-        """Start one task per spec; returns at once.
+        resume: Mapping[str, dict[str, Any]] | None = None,
+    ) -> int:
+        """Start one task per spec; returns at once, with how many specs were given.
 
-        A spec whose job id has an entry in ``checkpoints`` resumes from it (see
+        A spec whose job id has an entry in ``resume`` resumes from that checkpoint (see
         :class:`Clone`); a malformed one starts afresh with a warning.
         """
         pool = self.pool_for(config, sim_script)
-        checkpoints = checkpoints or {}
+        checkpoints = resume or {}
         for spec in specs:
             if spec.job_id in self._tasks:
                 continue
@@ -174,6 +175,7 @@ class HostCore:
                 name=spec.job_id,
             )
             task.add_done_callback(self._ends_cancelled(spec))
+        return len(specs)
 
     def _ends_cancelled(self, spec: CloneSpec) -> Callable[[asyncio.Task[RunResult]], None]:
         return lambda task: self._cancelled_unstarted(spec, task)
@@ -284,7 +286,7 @@ class HostCore:
             hit.append(job_id)
         return hit
 
-    async def plan(self, planner: Callable[[], _T]) -> _T:
+    async def plan(self, planner: Callable[[], tuple[CloneSpec, ...]]) -> tuple[CloneSpec, ...]:
         """Run ``planner`` in this host's render thread and return what it returns.
 
         The scheduler sends a nested spawn's rendering here (``scheduler._nested.NestedPlan``: the
@@ -304,8 +306,9 @@ class HostCore:
             self._render_thread = ThreadPoolExecutor(1, thread_name_prefix="clonefleet-render")
         return await asyncio.get_running_loop().run_in_executor(self._render_thread, planner)
 
-    async def drain(self, wait_s: float = 1.0, max_events: int = 20_000) -> list[dict[str, Any]]:
-        """Return buffered events, waiting up to ``wait_s`` for the first one.
+    async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
+        """Return buffered events (at most :data:`DRAIN_MAX_EVENTS`), waiting up to ``wait_s``
+        for the first one.
 
         Checkpoints whose interval has passed join the buffer first (and again after the wait).
         A drain within ``drain_every_s`` of the previous one waits out the rest first.
@@ -322,7 +325,7 @@ class HostCore:
             except TimeoutError:
                 pass
             self._ship_checkpoints()
-        out, self._events = self._events[:max_events], self._events[max_events:]
+        out, self._events = self._events[:DRAIN_MAX_EVENTS], self._events[DRAIN_MAX_EVENTS:]
         if not self._events:
             self._wakeup.clear()
         if out:

@@ -2,7 +2,8 @@
 :class:`SchedulerControl`, the job control its clones use.
 
 The actor only turns picklable specs into live objects and forwards calls to
-:class:`~clonefleet.host._core.HostCore`; the facades turn Ray's system errors into ours.
+:class:`~clonefleet.host.HostCore`; the facades turn Ray's system errors into ours. The actor and
+:class:`CloneHost` answer the calls of :class:`~clonefleet.host.HostCalls` with its signatures.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Unpack, cast
 
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from clonefleet import control as api
 from clonefleet.clone import CloneSpec
@@ -58,24 +60,23 @@ class CloneHostActor:
 
     async def start(
         self,
-        specs: list[CloneSpec],
+        specs: Sequence[CloneSpec],
         config: Config,
         sim_script: SimScript | None = None,
-        checkpoints: dict[str, dict[str, Any]] | None = None,
+        resume: Mapping[str, dict[str, Any]] | None = None,
     ) -> int:
-        self._host().start(specs, config, sim_script, checkpoints)
-        return len(specs)
+        return self._host().start(specs, config, sim_script, resume)
 
-    async def cancel(self, job_ids: list[str]) -> list[str]:
+    async def cancel(self, job_ids: Sequence[str]) -> list[str]:
         return self._host().cancel(job_ids)
 
-    async def deliver(self, items: list[dict[str, Any]]) -> int:
+    async def deliver(self, items: Sequence[Mapping[str, Any]]) -> int:
         return self._host().deliver(items)
 
     async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
         return await self._host().drain(wait_s)
 
-    async def plan(self, planner: Callable[[], Any]) -> Any:
+    async def plan(self, planner: Callable[[], tuple[CloneSpec, ...]]) -> tuple[CloneSpec, ...]:
         return await self._host().plan(planner)
 
     async def node_id(self) -> str:
@@ -86,7 +87,7 @@ class CloneHostActor:
         """Never returns: the caller learns of this host's death when the call fails."""
         await asyncio.Event().wait()
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         if self._core is not None:
             await self._core.aclose()
 
@@ -183,11 +184,17 @@ class CloneHost:
 
     def __init__(self, handle: Any, host_id: str) -> None:
         self.handle, self.host_id = handle, host_id
+        self._node: str | None = None
 
     @classmethod
-    def create(cls, host_id: str, *, options: dict[str, Any] | None = None) -> CloneHost:
-        handle = _HOST_ACTOR.options(**_HOST_OPTIONS, name=None, **(options or {})).remote()
-        return cls(handle, host_id)
+    def create(cls, host_id: str, *, node_id: str | None = None) -> CloneHost:
+        """Start a host actor: on ``node_id`` or not at all (hard affinity: when that node has
+        died the host's calls fail, and the scheduler moves its jobs), else spread."""
+        strategy: Any = "SPREAD"
+        if node_id is not None:
+            strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+        options = {**_HOST_OPTIONS, "scheduling_strategy": strategy}
+        return cls(_HOST_ACTOR.options(name=None, **options).remote(), host_id)
 
     async def _ask(self, call: _Call) -> Any:
         """Make one call on the host actor and await it; a host that is gone raises
@@ -202,10 +209,9 @@ class CloneHost:
         specs: Sequence[CloneSpec],
         config: Config,
         sim_script: SimScript | None = None,
-        checkpoints: Mapping[str, dict[str, Any]] | None = None,
+        resume: Mapping[str, dict[str, Any]] | None = None,
     ) -> int:
-        """Start ``specs`` on the host; a job with an entry in ``checkpoints`` resumes from it."""
-        ckpts = dict(checkpoints) if checkpoints else None
+        ckpts = dict(resume) if resume else None
         return cast(
             int, await self._ask(lambda h: h.start.remote(list(specs), config, sim_script, ckpts))
         )
@@ -221,9 +227,8 @@ class CloneHost:
         return cast(list[dict[str, Any]], await self._ask(lambda h: h.drain.remote(wait_s)))
 
     async def plan(self, planner: Callable[[], tuple[CloneSpec, ...]]) -> tuple[CloneSpec, ...]:
-        """Render a nested spawn on this host (see :meth:`HostCore.plan`); the render's own
-        errors (a ``TemplateError``...) come back unwrapped, anything else as
-        :class:`ClusterError`."""
+        """The render's own errors (a ``TemplateError``...) come back unwrapped, anything else
+        as :class:`ClusterError`."""
         try:
             out = await self._ask(lambda h: h.plan.remote(planner))
         except RayTaskError as exc:
@@ -236,11 +241,19 @@ class CloneHost:
         return cast(tuple[CloneSpec, ...], out)
 
     async def node_id(self) -> str:
-        return cast(str, await self._ask(lambda h: h.node_id.remote()))
+        """The host's node, asked once."""
+        if self._node is None:
+            self._node = cast(str, await self._ask(lambda h: h.node_id.remote()))
+        return self._node
 
     async def watch(self) -> None:
-        """Return only when the host is gone, raising :class:`ClusterError`."""
         await self._ask(lambda h: h.watch.remote())
 
+    async def close(self) -> None:
+        # A finished host's process is freed at once: a batch of thousands must not keep idle
+        # Python processes around.
+        self.kill()
+
     def kill(self) -> None:
+        """End the host actor's process now (its running clones die with it)."""
         ray.kill(self.handle, no_restart=True)

@@ -6,8 +6,6 @@ Importing this package does not import Ray; ``clonefleet.scheduler.remote`` hold
 from clonefleet.scheduler._core import SchedulerCore as SchedulerCore
 from clonefleet.scheduler._durable import Durable as Durable
 from clonefleet.scheduler._durable import read_table as read_table
-from clonefleet.scheduler._hosts import HostFactory as HostFactory
-from clonefleet.scheduler._hosts import HostLike as HostLike
 from clonefleet.scheduler._hosts import choose_clones_per_actor as choose_clones_per_actor
 from clonefleet.scheduler._offline import JournalView as JournalView
 from clonefleet.scheduler._offline import journal_folder as journal_folder
@@ -21,8 +19,6 @@ __all__ = [
     "TERMINAL",
     "TRANSITIONS",
     "Durable",
-    "HostFactory",
-    "HostLike",
     "JobRecord",
     "JournalView",
     "SchedulerCore",

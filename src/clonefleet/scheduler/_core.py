@@ -1,7 +1,7 @@
 """The scheduler core: the job table, the pool of slots and job control.
 
 :class:`SchedulerCore` is plain async Python and implements :class:`~clonefleet.control.JobControl`
-itself. It reaches clone hosts only through :class:`~clonefleet.scheduler._hosts.HostLike` (see
+itself. It reaches clone hosts only through :class:`~clonefleet.host.HostCalls` (see
 ``_hosts.py``), so tests drive it with in-process hosts and the Ray shell gives it actor-backed
 ones; events go to the log of ``_events.py``. It owns which job runs where and when; it never
 renders a template: the client renders a user's batch before submitting (so nothing starts on
@@ -22,12 +22,11 @@ from clonefleet import control as api
 from clonefleet.clone import CloneSpec, state_of
 from clonefleet.config import DurabilityConfig
 from clonefleet.errors import ClusterError, IdCollision, UsageError
+from clonefleet.host import HostCalls, HostFactory
 from clonefleet.planning import BatchSubmission, new_batch_id, new_job_id
 from clonefleet.scheduler._durable import Durable
 from clonefleet.scheduler._events import EventLog, Pulse
 from clonefleet.scheduler._hosts import (
-    HostFactory,
-    HostLike,
     HostPool,
     Move,
     choose_clones_per_actor,
@@ -221,7 +220,7 @@ class SchedulerCore(JobStops):
             self._children.setdefault(spec.parent, []).append(spec.job_id)
         self._log.record(spec.job_id, {"type": str(EventType.QUEUED), "ts": time.time()})
 
-    def _bind(self, host: HostLike, job_ids: Sequence[str]) -> None:
+    def _bind(self, host: HostCalls, job_ids: Sequence[str]) -> None:
         self.hosts.bind(host, job_ids)
         for job_id in job_ids:
             self.jobs[job_id].host_id = host.host_id
@@ -251,7 +250,7 @@ class SchedulerCore(JobStops):
         """Start queued jobs while slots are free (round-robin over batches)."""
         if self._pump_held:
             return
-        starts: dict[tuple[str, str], tuple[HostLike, str, list[CloneSpec]]] = {}
+        starts: dict[tuple[str, str], tuple[HostCalls, str, list[CloneSpec]]] = {}
         progressed = True
         while progressed and self._slots_free():
             progressed = False
@@ -277,7 +276,7 @@ class SchedulerCore(JobStops):
             self._spawn_task(self._start_on(host, specs, self._batch_meta[batch_id]))
 
     async def _start_on(
-        self, host: HostLike, specs: list[CloneSpec], meta: BatchSubmission, tries: int = 3
+        self, host: HostCalls, specs: list[CloneSpec], meta: BatchSubmission, tries: int = 3
     ) -> None:
         """Start clones on a host; a host that is gone is replaced (``tries`` new hosts in all;
         moving to a busy live host costs no try).
@@ -309,7 +308,7 @@ class SchedulerCore(JobStops):
 
     def _start_failed(
         self,
-        host: HostLike,
+        host: HostCalls,
         specs: list[CloneSpec],
         meta: BatchSubmission,
         tries: int,
@@ -330,7 +329,7 @@ class SchedulerCore(JobStops):
             # Hosts keep dying under these jobs: each counts a restart, up to its limit.
             self._host_lost(host, ids, f"clone host {host.host_id} unavailable: {exc}")
 
-    def _move(self, dead: HostLike, batch_id: str, ids: list[str]) -> list[Move]:
+    def _move(self, dead: HostCalls, batch_id: str, ids: list[str]) -> list[Move]:
         """Bind unfinished jobs of one batch off a dead host (:meth:`HostPool.move`), in one
         step; new hosts, if any are needed, take as many jobs as the batch's first hosts did.
 
@@ -351,7 +350,7 @@ class SchedulerCore(JobStops):
                 self.jobs[job_id].host_id = move.host.host_id
         return moves
 
-    def _move_waiting(self, dead: HostLike) -> None:
+    def _move_waiting(self, dead: HostCalls) -> None:
         """Move the queued jobs bound to a dead host, all at once, to live hosts: each would
         otherwise find the host dead only when it got a slot, and move alone."""
         by_batch: dict[str, list[str]] = {}
@@ -365,14 +364,14 @@ class SchedulerCore(JobStops):
         rec = self.jobs.get(job_id)
         return rec is not None and rec.state is JobState.RESERVED and job_id in self._specs
 
-    def _host_died(self, host: HostLike, started: list[str], detail: str) -> None:
+    def _host_died(self, host: HostCalls, started: list[str], detail: str) -> None:
         """A host's drain loop found it dead: its queued jobs move to live hosts, its started
         ones start again from their checkpoints (:meth:`_host_lost`)."""
         self._move_waiting(host)
         if started:
             self._host_lost(host, started, detail)
 
-    def _host_lost(self, host: HostLike, job_ids: list[str], detail: str) -> None:
+    def _host_lost(self, host: HostCalls, job_ids: list[str], detail: str) -> None:
         """A host died with clones it had started: each starts again on a live host (or a fresh
         one) from its last checkpoint, until it was restarted ``limits.max_restarts`` times;
         then it fails."""
@@ -397,7 +396,7 @@ class SchedulerCore(JobStops):
                 specs = [self._specs[j] for j in move.job_ids]
                 self._spawn_task(self._start_on(move.host, specs, self._batch_meta[batch_id]))
 
-    def _restarted(self, rec: JobRecord, dead: HostLike, detail: str) -> None:
+    def _restarted(self, rec: JobRecord, dead: HostCalls, detail: str) -> None:
         rec.restarts += 1
         rec.node = None
         self.durable.restarted(rec)

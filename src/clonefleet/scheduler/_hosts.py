@@ -1,8 +1,9 @@
 """Clone hosts of the scheduler: which job runs on which host, warm idle hosts, drain loops.
 
-The core reaches hosts only through :class:`HostLike`, so tests use in-process hosts and the Ray
-shell actor-backed ones. A host is bound to the jobs it runs; its drain loop pulls their events
-until they have all ended, and then the host idles (kept warm for the next batch) or closes.
+The core reaches hosts only through :class:`~clonefleet.host.HostCalls`, so tests use in-process
+hosts and the Ray shell actor-backed ones. A host is bound to the jobs it runs; its drain loop
+pulls their events until they have all ended, and then the host idles (kept warm for the next
+batch) or closes.
 """
 
 from __future__ import annotations
@@ -11,70 +12,24 @@ import asyncio
 import heapq
 import math
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from clonefleet.clone import CloneSpec
-from clonefleet.config import Config
 from clonefleet.control import JobControl
 from clonefleet.errors import ClusterError
-from clonefleet.providers import SimScript
+from clonefleet.host import HostCalls, HostFactory, PlacedHost, WatchedHost
 
-__all__ = ["HostFactory", "HostLike", "HostPool", "Move", "choose_clones_per_actor", "node_of"]
-
-
-class HostLike(Protocol):
-    """What the core needs of a clone host."""
-
-    host_id: str
-
-    async def start(
-        self,
-        specs: Sequence[CloneSpec],
-        config: Config,
-        sim_script: SimScript | None,
-        resume: Mapping[str, dict[str, Any]] | None = None,
-    ) -> int:
-        """Start clones; a job in ``resume`` continues from that checkpoint."""
-        ...
-
-    async def cancel(self, job_ids: Sequence[str]) -> list[str]: ...
-    async def deliver(self, items: Sequence[Mapping[str, Any]]) -> int:
-        """Hand messages (``{delivery_id, job_id, text}``) to clones of this host."""
-        ...
-
-    async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]: ...
-    async def close(self) -> None: ...
-    async def plan(self, planner: Callable[[], tuple[CloneSpec, ...]]) -> tuple[CloneSpec, ...]:
-        """Run a nested spawn's rendering (``scheduler._nested.NestedPlan``) on this host, off
-        its event loop, and return the specs."""
-        ...
+__all__ = ["HostPool", "Move", "choose_clones_per_actor", "node_of"]
 
 
-@runtime_checkable
-class _Watched(Protocol):
-    """A host that can be watched for death while idle (Ray-backed hosts)."""
-
-    async def watch(self) -> None:
-        """Return only when the host is gone (raising :class:`ClusterError`)."""
-        ...
-
-
-@runtime_checkable
-class _Placed(Protocol):
-    """A host that knows the cluster node it runs on (Ray-backed hosts)."""
-
-    async def node_id(self) -> str: ...
-
-
-async def node_of(host: HostLike) -> str | None:
+async def node_of(host: HostCalls) -> str | None:
     """The node a host runs on; ``None`` for hosts without one (in-process hosts).
 
     Raises:
         ClusterError: the host is gone.
     """
-    return await host.node_id() if isinstance(host, _Placed) else None
+    return await host.node_id() if isinstance(host, PlacedHost) else None
 
 
 FOLD_CHUNK = 2000
@@ -90,16 +45,11 @@ DRAIN_CALLS_PER_S = 2000
 class Move:
     """Jobs moved off a dead host by :meth:`HostPool.move`."""
 
-    host: HostLike
+    host: HostCalls
     """Where they went."""
     job_ids: list[str]
     new: bool
     """Whether ``host`` is a host that ran nothing yet (warm idle or just made), not a busy one."""
-
-
-HostFactory = Callable[[str, JobControl], HostLike]
-"""Makes a host for ``(host_id, control)``; ``control`` is the in-process job control (the core
-itself; an actor-backed host reaches the scheduler actor by name instead)."""
 
 
 def choose_clones_per_actor(count: int, cpus: int, nodes: int = 1) -> int:
@@ -128,20 +78,20 @@ class HostPool:
         control: JobControl,
         *,
         apply: Callable[[str, dict[str, Any]], None],
-        lost: Callable[[HostLike, list[str], str], None],
+        lost: Callable[[HostCalls, list[str], str], None],
         spawn: Callable[[Coroutine[Any, Any, None]], None],
     ) -> None:
         self._factory, self._control = factory, control
         self._apply, self._lost, self._spawn = apply, lost, spawn
         self._seq = 0
-        self.idle: list[HostLike] = []
+        self.idle: list[HostCalls] = []
         self.warm_hosts = 0
         """Idle hosts kept for the next batches (``warm`` sets it)."""
-        self._job_host: dict[str, HostLike] = {}
+        self._job_host: dict[str, HostCalls] = {}
         self._host_jobs: dict[str, set[str]] = {}
         self._open: dict[str, int] = {}
         """Unfinished jobs per host: its drain loop runs while this is above zero."""
-        self._draining: dict[str, HostLike] = {}
+        self._draining: dict[str, HostCalls] = {}
         """Hosts whose drain loops run, by id."""
         self._dead: set[str] = set()
         self._started: dict[str, set[str]] = {}
@@ -150,34 +100,34 @@ class HostPool:
         self.replaced = 0
         """Idle warm hosts found dead and replaced (for status and tests)."""
 
-    def new_host(self) -> HostLike:
+    def new_host(self) -> HostCalls:
         self._seq += 1
         return self._factory(f"h{self._seq}", self._control)
 
-    def acquire(self) -> HostLike:
+    def acquire(self) -> HostCalls:
         """A warm idle host when there is one (no process start, imports done), else a new one.
 
         A warm host found dead (see :meth:`_watch`) has already left :attr:`idle`.
         """
         return self.idle.pop() if self.idle else self.new_host()
 
-    def started(self, host: HostLike, job_ids: Sequence[str]) -> None:
+    def started(self, host: HostCalls, job_ids: Sequence[str]) -> None:
         """The host accepted these jobs: from now on they run (and die) with it."""
         self._started.setdefault(host.host_id, set()).update(job_ids)
 
-    def has_started(self, host: HostLike, job_id: str) -> bool:
+    def has_started(self, host: HostCalls, job_id: str) -> bool:
         """Whether the host accepted the job (its clone runs there)."""
         return job_id in self._started.get(host.host_id, ())
 
-    def _add_idle(self, host: HostLike) -> None:
+    def _add_idle(self, host: HostCalls) -> None:
         self.idle.append(host)
-        if isinstance(host, _Watched) and host.host_id not in self._watched:
+        if isinstance(host, WatchedHost) and host.host_id not in self._watched:
             self._watched.add(host.host_id)  # one watch per host for its whole life
             self._spawn(self._watch(host))
 
-    async def _watch(self, host: HostLike) -> None:
+    async def _watch(self, host: HostCalls) -> None:
         """Replace a warm host that dies while idle, so no batch is placed on a dead host."""
-        assert isinstance(host, _Watched)
+        assert isinstance(host, WatchedHost)
         try:
             await host.watch()
         except ClusterError:
@@ -191,11 +141,11 @@ class HostPool:
             if len(self.idle) < self.warm_hosts:
                 self._add_idle(self.new_host())
 
-    def host_of(self, job_id: str) -> HostLike | None:
+    def host_of(self, job_id: str) -> HostCalls | None:
         """The host a job is bound to, if any."""
         return self._job_host.get(job_id)
 
-    def bind(self, host: HostLike, job_ids: Sequence[str]) -> None:
+    def bind(self, host: HostCalls, job_ids: Sequence[str]) -> None:
         """Bind unfinished jobs to a host and drain it until they have ended."""
         self._host_jobs.setdefault(host.host_id, set()).update(job_ids)
         self._open[host.host_id] = self._open.get(host.host_id, 0) + len(job_ids)
@@ -205,16 +155,16 @@ class HostPool:
             self._draining[host.host_id] = host
             self._spawn(self._drain_loop(host))
 
-    def bound_to(self, host: HostLike) -> list[str]:
+    def bound_to(self, host: HostCalls) -> list[str]:
         """The jobs bound to a host (ended ones included)."""
         return list(self._host_jobs.get(host.host_id, ()))
 
-    def live(self) -> list[HostLike]:
+    def live(self) -> list[HostCalls]:
         """Busy hosts not known to be dead (their drain loops run), in the order they began."""
         return [h for h in self._draining.values() if h.host_id not in self._dead]
 
     def move(
-        self, dead: HostLike, job_ids: Sequence[str], per_new: int, fill_to: int | None = None
+        self, dead: HostCalls, job_ids: Sequence[str], per_new: int, fill_to: int | None = None
     ) -> list[Move]:
         """Move unfinished jobs off a host that is gone, all in one step: to the live busy hosts
         (each job to the one with the fewest unfinished jobs, while it holds fewer than
@@ -246,11 +196,11 @@ class HostPool:
             self.bind(m.host, m.job_ids)
         return moves
 
-    def mark_dead(self, host: HostLike) -> None:
+    def mark_dead(self, host: HostCalls) -> None:
         """Never keep this host warm again."""
         self._dead.add(host.host_id)
 
-    def is_dead(self, host: HostLike) -> bool:
+    def is_dead(self, host: HostCalls) -> bool:
         """Whether the host is known to be gone (never to be used again)."""
         return host.host_id in self._dead
 
@@ -282,7 +232,7 @@ class HostPool:
             ready += 1
         return ready
 
-    async def _drain_loop(self, host: HostLike) -> None:
+    async def _drain_loop(self, host: HostCalls) -> None:
         """Pull the host's events until its jobs have all ended; then it idles or goes."""
         jobs = self._host_jobs[host.host_id]
         healthy = True

@@ -20,8 +20,8 @@ from clonefleet.errors import ClonefleetError, ClusterError, UnknownJobError, Us
 from clonefleet.vocab import EventType
 
 if TYPE_CHECKING:
+    from clonefleet.host import HostCalls
     from clonefleet.scheduler._core import SchedulerCore
-    from clonefleet.scheduler._hosts import HostLike
 
 __all__ = ["InboxLink", "Mailroom", "check_message"]
 
@@ -116,7 +116,7 @@ class Mailroom:
         """Send deliveries to their clones; returns the job ids that have already ended (the
         inbox marks their deliveries undelivered)."""
         core, ended = self._core, []
-        per_host: dict[str, tuple[HostLike, list[dict[str, Any]]]] = {}
+        per_host: dict[str, tuple[HostCalls, list[dict[str, Any]]]] = {}
         for raw in items:
             item = {"delivery_id": str(raw["delivery_id"]), "job_id": str(raw["job_id"])}
             item["text"] = str(raw["text"])
@@ -136,7 +136,7 @@ class Mailroom:
             await self._hand(host, batch)
         return sorted(set(ended))
 
-    async def _hand(self, host: HostLike, batch: list[dict[str, Any]]) -> None:
+    async def _hand(self, host: HostCalls, batch: list[dict[str, Any]]) -> None:
         try:
             await host.deliver(batch)
         except ClusterError:
@@ -167,7 +167,7 @@ class Mailroom:
         self._note(job_id, delivery_id, "undelivered")
 
     # -- from the hosts ----------------------------------------------------------------------
-    def started(self, host: HostLike, job_ids: Sequence[str], resumed: Mapping[str, Any]) -> None:
+    def started(self, host: HostCalls, job_ids: Sequence[str], resumed: Mapping[str, Any]) -> None:
         """A host accepted these jobs: hand it what waited for them; a resumed clone also asks
         the inbox for what its checkpoint lacks."""
         batch = [item for j in job_ids for item in self._waiting.pop(j, ())]

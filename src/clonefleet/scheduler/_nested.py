@@ -7,7 +7,7 @@ batch and every ``jobs`` command waits on. So :meth:`SchedulerCore.spawn_nested
 <clonefleet.scheduler.SchedulerCore.spawn_nested>` does only the cheap checks itself (the parent is
 running, the depth and count are within the limits, ids are reserved), packs everything the
 render needs into a :class:`NestedPlan` and hands it to the parent's clone host
-(:meth:`HostLike.plan <clonefleet.scheduler._hosts.HostLike.plan>`), which runs it off its event
+(:meth:`HostCalls.plan <clonefleet.host.HostCalls.plan>`), which runs it off its event
 loop. The scheduler awaits the answer with a deadline, as it awaits any host call, and accepts
 only what :func:`check_planned` finds to be the batch it asked for.
 

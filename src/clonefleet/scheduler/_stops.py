@@ -15,14 +15,15 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from clonefleet.errors import ClusterError
-from clonefleet.scheduler._hosts import HostLike, HostPool
+from clonefleet.host import HostCalls
+from clonefleet.scheduler._hosts import HostPool
 from clonefleet.scheduler._queries import JobQueries
 from clonefleet.scheduler._state import JobRecord
 from clonefleet.vocab import EventType, JobState, StopReason
 
 __all__ = ["JobStops"]
 
-PerHost = dict[str, tuple[HostLike, list[str]]]
+PerHost = dict[str, tuple[HostCalls, list[str]]]
 """Running jobs to cancel, by host: ``host_id -> (host, job ids)``."""
 
 

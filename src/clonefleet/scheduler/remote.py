@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Unpack, cast
 
@@ -21,9 +21,9 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from clonefleet import control as api
-from clonefleet.clone import CloneSpec, state_of
+from clonefleet.clone import state_of
 from clonefleet.cluster import NAMESPACE, SCHEDULER_NAME, read_state, state_dir, tune_collector
-from clonefleet.config import Config, DurabilityConfig, LimitsConfig
+from clonefleet.config import DurabilityConfig, LimitsConfig
 from clonefleet.control import Seconds
 from clonefleet.errors import ClusterError, UsageError
 from clonefleet.host.remote import CloneHost
@@ -31,70 +31,12 @@ from clonefleet.inbox import InboxLimits
 from clonefleet.inbox.remote import INBOX_NAME, get_or_create_inbox
 from clonefleet.journal import Journal, Replay
 from clonefleet.planning import BatchSubmission
-from clonefleet.providers import SimScript
 from clonefleet.scheduler._core import SchedulerCore
 from clonefleet.scheduler._durable import Durable, read_table
 from clonefleet.scheduler._mail import check_message
 from clonefleet.scheduler._recovery import housekeeping, restore
 
-__all__ = ["SCHEDULER_NAME", "NAMESPACE", "RayHost", "SchedulerActor", "get_or_create_scheduler"]
-
-
-class RayHost:
-    """A :class:`~clonefleet.scheduler._core.HostLike` backed by a clone-host actor."""
-
-    def __init__(
-        self, host_id: str, control: api.JobControl | None = None, *, node_id: str | None = None
-    ) -> None:
-        # ``control`` is the core's in-process job control; an actor host reaches the
-        # scheduler actor by name instead (see clonefleet.host.remote.SchedulerControl).
-        self.host_id = host_id
-        strategy: Any = "SPREAD"
-        if node_id is not None:
-            # Hard affinity: the host runs on the chosen node or not at all. When that node has
-            # died the host's calls fail, and the core moves its jobs to a fresh host once
-            # (SchedulerCore._start_on).
-            strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
-        self._host = CloneHost.create(host_id, options={"scheduling_strategy": strategy})
-        self._node: str | None = None
-
-    async def start(
-        self,
-        specs: Sequence[CloneSpec],
-        config: Config,
-        sim_script: SimScript | None = None,
-        resume: Mapping[str, dict[str, Any]] | None = None,
-    ) -> int:
-        return await self._host.start(specs, config, sim_script, resume)
-
-    async def cancel(self, job_ids: Sequence[str]) -> list[str]:
-        return await self._host.cancel(job_ids)
-
-    async def deliver(self, items: Sequence[Mapping[str, Any]]) -> int:
-        return await self._host.deliver(items)
-
-    async def drain(self, wait_s: float = 1.0) -> list[dict[str, Any]]:
-        return await self._host.drain(wait_s)
-
-    async def plan(self, planner: Callable[[], tuple[CloneSpec, ...]]) -> tuple[CloneSpec, ...]:
-        return await self._host.plan(planner)
-
-    async def node_id(self) -> str:
-        if self._node is None:
-            self._node = await self._host.node_id()
-        return self._node
-
-    async def watch(self) -> None:
-        await self._host.watch()
-
-    async def close(self) -> None:
-        # A finished host's process is freed at once: a batch of thousands must not keep idle
-        # Python processes around.
-        self.kill()
-
-    def kill(self) -> None:
-        """End the host actor's process now (its running clones die with it)."""
-        self._host.kill()
+__all__ = ["SCHEDULER_NAME", "NAMESPACE", "SchedulerActor", "get_or_create_scheduler"]
 
 
 class RayInboxLink:
@@ -165,12 +107,14 @@ class SchedulerActor:
             self._core.cpus = int(sum(n["Resources"]["CPU"] for n in alive)) or 1
             self._core.nodes = len(alive) or 1
 
-    def _host(self, host_id: str, control: api.JobControl) -> RayHost:
-        """Hosts go round-robin over the alive nodes with CPUs, so a batch covers every node."""
+    def _host(self, host_id: str, control: api.JobControl) -> CloneHost:
+        """Hosts go round-robin over the alive nodes with CPUs, so a batch covers every node.
+        ``control`` is the core's in-process job control: a host actor reaches this actor by
+        name instead (see :class:`~clonefleet.host.remote.SchedulerControl`)."""
         self._refresh_nodes()
         node = self._nodes[self._next % len(self._nodes)] if self._nodes else None
         self._next += 1
-        return RayHost(host_id, control, node_id=node)
+        return CloneHost.create(host_id, node_id=node)
 
     def _c(self) -> SchedulerCore:
         """The core, made on the first call (inside the actor's event loop): the journal is
@@ -273,7 +217,7 @@ class SchedulerActor:
     async def kill_idle_hosts(self) -> int:
         """Fault injection: kill every idle warm host's actor (as a crash would); returns how
         many. The pool notices and replaces them."""
-        idle = [h for h in self._c().hosts.idle if isinstance(h, RayHost)]
+        idle = [h for h in self._c().hosts.idle if isinstance(h, CloneHost)]
         for host in idle:
             host.kill()
         return len(idle)
@@ -281,7 +225,7 @@ class SchedulerActor:
     async def kill_host_of(self, job_id: str) -> bool:
         """Fault injection for tests and chaos drills: kill the actor hosting ``job_id``."""
         host = self._c().hosts.host_of(job_id)
-        if not isinstance(host, RayHost):
+        if not isinstance(host, CloneHost):
             return False
         host.kill()
         return True

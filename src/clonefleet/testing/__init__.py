@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from clonefleet.clone import CloneSpec, state_of
@@ -135,7 +135,9 @@ def make_spec(**fields: Any) -> CloneSpec:
 
 
 class LocalHost:
-    """An in-process clone host for :class:`~clonefleet.scheduler.SchedulerCore` tests (no Ray)."""
+    """An in-process clone host for :class:`~clonefleet.scheduler.SchedulerCore` tests (no Ray):
+    the calls of :class:`~clonefleet.host.HostCalls` and ``watch``, over a
+    :class:`~clonefleet.host.HostCore`."""
 
     def __init__(self, host_id: str, control: Any = None) -> None:
         from clonefleet.host import HostCore
@@ -162,7 +164,11 @@ class LocalHost:
             task.cancel()
 
     async def start(
-        self, specs: Sequence[CloneSpec], config: Any, sim_script: Any = None, resume: Any = None
+        self,
+        specs: Sequence[CloneSpec],
+        config: Config,
+        sim_script: SimScript | None = None,
+        resume: Mapping[str, dict[str, Any]] | None = None,
     ) -> int:
         self._alive()
         self.starts += 1
@@ -182,7 +188,7 @@ class LocalHost:
         self._alive()
         return self.core.cancel(job_ids)
 
-    async def deliver(self, items: Sequence[Any]) -> int:
+    async def deliver(self, items: Sequence[Mapping[str, Any]]) -> int:
         self._alive()
         return self.core.deliver(items)
 
@@ -192,7 +198,7 @@ class LocalHost:
         self._alive()
         return out
 
-    async def plan(self, planner: Callable[[], Any]) -> Any:
+    async def plan(self, planner: Callable[[], tuple[CloneSpec, ...]]) -> tuple[CloneSpec, ...]:
         return await self.core.plan(planner)
 
     async def close(self) -> None:
@@ -223,9 +229,10 @@ def instant_events(job_id: str, turns: int) -> list[dict[str, Any]]:
 
 
 class InstantHost:
-    """A clone host whose clones end at once: :meth:`start` queues each clone's events (see
-    :func:`instant_events`) for the next :meth:`drain`. ``InstantHost.factory(turns)`` makes a
-    host factory for :class:`~clonefleet.scheduler.SchedulerCore`."""
+    """A clone host (:class:`~clonefleet.host.HostCalls`) whose clones end at once:
+    :meth:`start` queues each clone's events (see :func:`instant_events`) for the next
+    :meth:`drain`. ``InstantHost.factory(turns)`` makes a host factory for
+    :class:`~clonefleet.scheduler.SchedulerCore`."""
 
     def __init__(self, host_id: str, control: Any = None, turns: int = 2) -> None:
         self.host_id, self.turns = host_id, turns
@@ -239,7 +246,11 @@ class InstantHost:
         return lambda host_id, control: cls(host_id, control, turns)
 
     async def start(
-        self, specs: Sequence[CloneSpec], config: Any, sim_script: Any = None, resume: Any = None
+        self,
+        specs: Sequence[CloneSpec],
+        config: Config,
+        sim_script: SimScript | None = None,
+        resume: Mapping[str, dict[str, Any]] | None = None,
     ) -> int:
         for spec in specs:
             self._events += instant_events(spec.job_id, self.turns)
@@ -261,10 +272,10 @@ class InstantHost:
     async def cancel(self, job_ids: Sequence[str]) -> list[str]:
         return []
 
-    async def deliver(self, items: Sequence[Any]) -> int:
+    async def deliver(self, items: Sequence[Mapping[str, Any]]) -> int:
         return 0
 
-    async def plan(self, planner: Callable[[], Any]) -> Any:
+    async def plan(self, planner: Callable[[], tuple[CloneSpec, ...]]) -> tuple[CloneSpec, ...]:
         return planner()
 
     async def close(self) -> None:
