@@ -21,6 +21,7 @@ import jsonschema
 
 from clonefleet.definitions._rules import rule_error
 from clonefleet.definitions.template._regex_risk import MAX_PATTERN_CHARS, regex_risk
+from clonefleet.json_schema import Subschema, resolve_pointer, schema_nodes, subschemas
 from clonefleet.vocab import STATUS_FAMILIES
 
 __all__ = [
@@ -40,18 +41,6 @@ MAX_SCHEMA_DEPTH = 64
 """Deepest nesting of objects and arrays in an exit schema."""
 MAX_SCHEMA_EXPANSION = 50_000
 """Most subschemas a full expansion of the schema may visit, every ``$ref`` followed each time."""
-
-_Keywords = tuple[str, ...]
-_SUBSCHEMA: _Keywords = ("additionalProperties", "items", "contains", "propertyNames")
-_SUBSCHEMA += ("unevaluatedItems", "unevaluatedProperties")
-"""Keywords whose schema applies to parts of the payload (items, values, names)."""
-_SUBSCHEMA_IN_PLACE: _Keywords = ("not", "if", "then", "else")
-"""Keywords whose schema applies to the payload in place."""
-_SUBSCHEMA_MAPS: _Keywords = ("properties", "patternProperties")
-_SUBSCHEMA_LISTS: _Keywords = ("prefixItems",)
-_IN_PLACE_LISTS: _Keywords = ("allOf", "anyOf", "oneOf")
-_IN_PLACE_MAPS: _Keywords = ("dependentSchemas",)
-_DEFINITIONS: _Keywords = ("$defs", "definitions")
 
 
 def _members(node: object) -> Iterator[tuple[object, object]]:
@@ -77,20 +66,6 @@ def _anchors(node: object) -> set[str]:
     }
 
 
-def _resolve_pointer(doc: object, fragment: str) -> object:
-    """Resolve ``#/a/b`` inside ``doc``; raise ``LookupError`` when it leads nowhere."""
-    node = doc
-    for token in fragment.lstrip("/").split("/") if fragment.strip("/") else []:
-        token = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and token in node:
-            node = node[token]
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            raise LookupError(token)
-    return node
-
-
 def _measure(schema: object) -> str | None:
     """Why ``schema`` is too big or too deep, or ``None``; stops early, so any object is safe."""
     nodes, stack = 0, [(schema, 1)]
@@ -107,44 +82,8 @@ def _measure(schema: object) -> str | None:
     return None
 
 
-def _subschemas(node: dict[str, Any], pointer: str) -> Iterator[tuple[object, str, bool]]:
-    """``(subschema, its pointer, applies in place)`` for every subschema ``node`` applies."""
-    for group, in_place in ((_SUBSCHEMA, False), (_SUBSCHEMA_IN_PLACE, True)):
-        for kw in group:
-            if kw in node:
-                yield node[kw], f"{pointer}/{kw}", in_place
-    for group, in_place in ((_SUBSCHEMA_MAPS, False), (_IN_PLACE_MAPS, True)):
-        for kw in group:
-            if isinstance(node.get(kw), dict):
-                for name, sub in node[kw].items():
-                    yield sub, f"{pointer}/{kw}/{_escape(name)}", in_place
-    for group, in_place in ((_SUBSCHEMA_LISTS, False), (_IN_PLACE_LISTS, True)):
-        for kw in group:
-            if isinstance(node.get(kw), list):
-                for i, sub in enumerate(node[kw]):
-                    yield sub, f"{pointer}/{kw}/{i}", in_place
-
-
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-def _schema_nodes(schema: object) -> Iterator[tuple[dict[str, Any], str]]:
-    """Every object subschema of ``schema`` with its JSON pointer, definitions included."""
-    stack: list[tuple[object, str]] = [(schema, "")]
-    while stack:
-        node, pointer = stack.pop()
-        if not isinstance(node, dict):
-            continue
-        yield node, pointer
-        stack.extend((sub, where) for sub, where, _ in _subschemas(node, pointer))
-        for kw in _DEFINITIONS:
-            if isinstance(node.get(kw), dict):
-                stack.extend((sub, f"{pointer}/{kw}/{_escape(n)}") for n, sub in node[kw].items())
-
-
 def _check_patterns(schema: object, key: str, path: str | None) -> None:
-    for node, pointer in _schema_nodes(schema):
+    for node, pointer in schema_nodes(schema):
         found = (
             [(node["pattern"], f"{pointer}/pattern")]
             if isinstance(node.get("pattern"), str)
@@ -170,7 +109,7 @@ class _Frame:
     pointer: str
     descents: int
     """Subschema edges into parts of the payload between the root and this node."""
-    children: list[tuple[object, str, bool]] = field(default_factory=list)
+    children: list[Subschema] = field(default_factory=list)
     next: int = 0
     total: int = 1
 
@@ -184,7 +123,7 @@ class _Expansion:
     def __init__(self, root: dict[str, Any]) -> None:
         self.root = root
         self.anchors: dict[str, object] = {}
-        for node, _ in _schema_nodes(root):
+        for node, _ in schema_nodes(root):
             for kw in ("$anchor", "$dynamicAnchor"):
                 if isinstance(node.get(kw), str):
                     self.anchors.setdefault(node[kw], node)
@@ -196,19 +135,19 @@ class _Expansion:
         if fragment and not fragment.startswith("/"):
             return self.anchors.get(fragment)
         try:
-            return _resolve_pointer(self.root, fragment)
+            return resolve_pointer(self.root, fragment)
         except LookupError:
             return None
 
-    def _children(self, frame: _Frame) -> list[tuple[object, str, bool]]:
+    def _children(self, frame: _Frame) -> list[Subschema]:
         node = frame.node
         if not isinstance(node, dict):
             return []
-        found = [c for c in _subschemas(node, frame.pointer) if isinstance(c[0], (dict, bool))]
+        found = [c for c in subschemas(node, frame.pointer) if isinstance(c.schema, (dict, bool))]
         for kw in ("$ref", "$dynamicRef"):
             target = self._target(node[kw]) if isinstance(node.get(kw), str) else None
             if isinstance(target, (dict, bool)):
-                found.append((target, f"{frame.pointer}/{kw}", True))
+                found.append(Subschema(target, f"{frame.pointer}/{kw}", True))
         return found
 
     def count(self) -> tuple[int, str | None]:
@@ -289,7 +228,7 @@ def _plain_json(schema: object, key: str, path: str | None) -> dict[str, Any]:
 
 
 def _check_meta_schema(plain: dict[str, Any], key: str, path: str | None) -> None:
-    for node, pointer in _schema_nodes(plain):  # long patterns are refused before compiling them
+    for node, pointer in schema_nodes(plain):  # long patterns are refused before compiling them
         names = node.get("patternProperties")
         for pattern in [node.get("pattern"), *(names if isinstance(names, dict) else ())]:
             if isinstance(pattern, str) and len(pattern) > MAX_PATTERN_CHARS:
@@ -317,7 +256,7 @@ def _check_meta_schema(plain: dict[str, Any], key: str, path: str | None) -> Non
 
 def _check_refs(plain: dict[str, Any], key: str, path: str | None) -> None:
     anchors = _anchors(plain)
-    subschemas = {id(node) for node, _ in _schema_nodes(plain)}
+    subschemas = {id(node) for node, _ in schema_nodes(plain)}
     for ref in _walk_refs(plain):
         if not ref.startswith("#"):
             raise rule_error(
@@ -334,7 +273,7 @@ def _check_refs(plain: dict[str, Any], key: str, path: str | None) -> None:
                 )
             continue
         try:
-            target = _resolve_pointer(plain, fragment)
+            target = resolve_pointer(plain, fragment)
         except LookupError:
             raise rule_error(
                 "exit-schema-ref", key, f"$ref {ref!r} does not resolve inside the document", path
@@ -343,7 +282,7 @@ def _check_refs(plain: dict[str, Any], key: str, path: str | None) -> None:
             raise rule_error(
                 "exit-schema-ref", key, f"$ref {ref!r} does not point at a subschema", path
             )
-    for node, pointer in _schema_nodes(plain):
+    for node, pointer in schema_nodes(plain):
         if pointer and isinstance(node.get("$id"), str):
             raise rule_error(
                 "exit-schema-ref",
@@ -387,7 +326,7 @@ def exit_schema_enum_warnings(schema: Mapping[str, Any], key: str) -> list[str]:
             and prop["$ref"].startswith("#/")
         ):
             try:
-                prop = _resolve_pointer(schema, prop["$ref"][1:])
+                prop = resolve_pointer(schema, prop["$ref"][1:])
             except LookupError:
                 continue
         if not isinstance(prop, dict):

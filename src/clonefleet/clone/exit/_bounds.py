@@ -30,6 +30,8 @@ import jsonschema.protocols
 import regex
 from jsonschema.exceptions import ValidationError
 
+from clonefleet.json_schema import defined_schemas, local_ref_target, subschemas
+
 __all__ = [
     "EXIT_VALIDATION_TIMEOUT_S",
     "MAX_PAYLOAD_CHARS",
@@ -281,39 +283,6 @@ def _unique_items(
 
 
 # -- the schema as validated ----------------------------------------------------------------------
-_ONE: tuple[str, ...] = ("additionalProperties", "items", "contains", "propertyNames", "not")
-_ONE += ("if", "then", "else")
-_ONE += ("unevaluatedItems", "unevaluatedProperties")
-_MAPS = ("properties", "patternProperties", "dependentSchemas", "$defs", "definitions")
-_LISTS = ("prefixItems", "allOf", "anyOf", "oneOf")
-
-
-def _subschemas(node: dict[str, Any]) -> Iterator[Any]:
-    yield from (node[kw] for kw in _ONE if kw in node)
-    for kw in _MAPS:
-        if isinstance(node.get(kw), dict):
-            yield from node[kw].values()
-    for kw in _LISTS:
-        if isinstance(node.get(kw), list):
-            yield from node[kw]
-
-
-def _pointed(root: object, ref: object) -> object:
-    """The node a ``#/json/pointer`` ref names inside ``root`` (``None``: anything else)."""
-    if not isinstance(ref, str) or not ref.startswith("#/") and ref != "#":
-        return None
-    node = root
-    for token in ref[2:].split("/") if ref != "#" else []:
-        token = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict):
-            node = node.get(token)
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return None
-    return node
-
-
 def without_dialects(schema: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``schema`` with no ``$schema`` in any subschema or ``#/...`` ref target.
 
@@ -330,8 +299,9 @@ def without_dialects(schema: dict[str, Any]) -> dict[str, Any]:
             continue
         seen.add(id(node))
         node.pop("$schema", None)
-        stack.extend(_subschemas(node))
-        stack.extend(_pointed(copy, node.get(kw)) for kw in ("$ref", "$dynamicRef"))
+        stack.extend(sub.schema for sub in subschemas(node))
+        stack.extend(schema for schema, _ in defined_schemas(node))
+        stack.extend(local_ref_target(copy, node.get(kw)) for kw in ("$ref", "$dynamicRef"))
     return copy
 
 
