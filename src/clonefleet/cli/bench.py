@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from clonefleet.cli.console import whole_number
+
 __all__ = ["add_bench_parser", "cmd_bench"]
 
 _EPILOG = """\
@@ -31,16 +33,6 @@ def _counts(text: str) -> list[int]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"takes sizes like 10,100,1000 (1 or more), got {text!r}")
     return values
-
-
-def _whole(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of 1 or more, got {text!r}")
-    return value
 
 
 def _baselines(text: str) -> tuple[str, ...]:
@@ -74,7 +66,11 @@ def add_bench_parser(sub: Any) -> None:
         help="batch sizes, comma-separated or repeated (default 10,100,1000)",
     )
     bench.add_argument(
-        "--turns", type=_whole, default=2, metavar="T", help="model requests per clone (default 2)"
+        "--turns",
+        type=whole_number(1),
+        default=2,
+        metavar="T",
+        help="model requests per clone (default 2)",
     )
     bench.add_argument(
         "--latency-ms",
@@ -85,7 +81,7 @@ def add_bench_parser(sub: Any) -> None:
     )
     bench.add_argument(
         "--repeat",
-        type=_whole,
+        type=whole_number(1),
         default=3,
         metavar="R",
         help="batches per size and system (default 3)",
@@ -124,18 +120,18 @@ def _add_where(bench: argparse.ArgumentParser) -> None:
         help="keep the scheduler's journal (on, as users run it) or measure without it",
     )
     bench.add_argument(
-        "--clones-per-actor", type=_whole, metavar="K", help="override clonefleet's choice"
+        "--clones-per-actor", type=whole_number(1), metavar="K", help="override clonefleet's choice"
     )
     bench.add_argument(
         "--floor-connections",
-        type=_whole,
+        type=whole_number(1),
         default=1000,
         metavar="C",
         help="connections the floor opens at most (default 1000, one clonefleet host's pool)",
     )
     bench.add_argument(
         "--actor-max",
-        type=_whole,
+        type=whole_number(1),
         default=100,
         metavar="N",
         help="largest size the actor-per-clone baseline runs (default 100); it is also skipped "

@@ -1,6 +1,6 @@
 """``clonefleet dashboard``: serve the live web view of a persistent cluster (docs/dashboard.md).
 
-The parser and the command live here so that ``cli.py`` only registers them. The page is served on
+The parser and the command live here; :mod:`clonefleet.cli.program` registers them. The page is served on
 127.0.0.1 unless ``--host`` says otherwise; the fleet is the cluster ``clonefleet cluster up``
 recorded unless ``--address`` names another.
 """
@@ -72,7 +72,7 @@ def add_dashboard_parser(sub: Any) -> None:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     """Connect to the cluster and serve the dashboard until interrupted (exit status 0)."""
-    from clonefleet.cli.control import connect
+    from clonefleet.cli.cluster import connect
     from clonefleet.dashboard import DashboardOptions, is_loopback, serve
 
     if not is_loopback(args.host):

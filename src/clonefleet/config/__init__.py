@@ -8,11 +8,14 @@ The file is found, in order: ``--config FILE``, ``$CLONEFLEET_CONFIG``, ``.clone
 in the working directory, ``$XDG_CONFIG_HOME/clonefleet/config.yaml``. None is fine. A project's
 file (the third) may not add a network provider or change a provider's ``base_url`` or
 ``api_key_env``, add an MCP server or set a simulation script unless its folder is in the trust
-records (``clonefleet trust``, ``clonefleet.cli.trust``).
+records (``clonefleet trust``).
 
-Modules: ``_model`` (the schema), ``_load`` (finding and reading), ``_trust`` (trust records of
-project folders), ``_files`` (bounded reading of user files and YAML), ``_web`` (the ``web``
-section: the web tools' allow-list, caps and search backend), ``_mcp`` (an MCP server entry).
+Modules: ``_schema`` (the schema), ``_load`` (finding and reading), ``_trust_records`` (the
+trusted project folders: reading, adding, revoking), ``_trust_needs`` (what a project's config asks
+for that only trust allows), ``_files`` (bounded reading of user files and YAML), ``_urls`` (the
+URL rule of providers and MCP servers), ``_web`` (the ``web`` section: the web tools' allow-list,
+caps and search backend), ``_mcp`` (an MCP server entry), ``_permissions`` (the ``permissions``
+section).
 """
 
 from __future__ import annotations
@@ -48,22 +51,24 @@ from clonefleet.config._schema import ModelConfig as ModelConfig
 from clonefleet.config._schema import PriceConfig as PriceConfig
 from clonefleet.config._schema import ProviderConfig as ProviderConfig
 from clonefleet.config._schema import SimulatedOptions as SimulatedOptions
-from clonefleet.config._schema import check_base_url as check_base_url
 from clonefleet.config._schema import price_per_token as price_per_token
 from clonefleet.config._schema import provider_route as provider_route
-from clonefleet.config._schema import shown_url as shown_url
 from clonefleet.config._schema import usage_cost as usage_cost
-from clonefleet.config._trust import TrustKind as TrustKind
-from clonefleet.config._trust import TrustNeed as TrustNeed
-from clonefleet.config._trust import config_needs as config_needs
-from clonefleet.config._trust import mcp_change as mcp_change
-from clonefleet.config._trust import mcp_need as mcp_need
-from clonefleet.config._trust import needs_trust as needs_trust
-from clonefleet.config._trust import provider_change as provider_change
-from clonefleet.config._trust import read_trust_records as read_trust_records
-from clonefleet.config._trust import trust_command as trust_command
-from clonefleet.config._trust import trust_file as trust_file
-from clonefleet.config._trust import web_change as web_change
+from clonefleet.config._trust_needs import TrustKind as TrustKind
+from clonefleet.config._trust_needs import TrustNeed as TrustNeed
+from clonefleet.config._trust_needs import config_needs as config_needs
+from clonefleet.config._trust_needs import mcp_change as mcp_change
+from clonefleet.config._trust_needs import mcp_need as mcp_need
+from clonefleet.config._trust_needs import needs_trust as needs_trust
+from clonefleet.config._trust_needs import provider_change as provider_change
+from clonefleet.config._trust_needs import trust_command as trust_command
+from clonefleet.config._trust_needs import web_change as web_change
+from clonefleet.config._trust_records import read_trust_records as read_trust_records
+from clonefleet.config._trust_records import revoke_folder as revoke_folder
+from clonefleet.config._trust_records import trust_file as trust_file
+from clonefleet.config._trust_records import trust_folder as trust_folder
+from clonefleet.config._urls import check_base_url as check_base_url
+from clonefleet.config._urls import shown_url as shown_url
 from clonefleet.config._web import WebConfig as WebConfig
 from clonefleet.config._web import WebSearchConfig as WebSearchConfig
 from clonefleet.config._web import domain_allowed as domain_allowed
@@ -111,10 +116,12 @@ __all__ = [
     "provider_route",
     "read_regular_file",
     "read_trust_records",
+    "revoke_folder",
     "safe_load_yaml",
     "shown_url",
     "trust_command",
     "trust_file",
+    "trust_folder",
     "usage_cost",
     "user_config",
     "web_change",

@@ -19,7 +19,8 @@ from clonefleet.config._files import (
     yaml_problem,
 )
 from clonefleet.config._schema import Config, ConfigSource
-from clonefleet.config._trust import config_needs, read_trust_records
+from clonefleet.config._trust_needs import config_needs
+from clonefleet.config._trust_records import read_trust_records
 from clonefleet.errors import ConfigError
 
 __all__ = [

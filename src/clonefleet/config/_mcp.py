@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from clonefleet.config._urls import check_base_url
 from clonefleet.errors import ConfigError
 
 __all__ = [
@@ -108,10 +109,6 @@ class McpServerConfig(BaseModel):
 
 
 def _check_url(url: str) -> None:
-    from clonefleet.config._schema import (
-        check_base_url,  # the provider URL rule: http(s) with a host
-    )
-
     try:
         check_base_url(url, None, "url")
     except ConfigError as exc:

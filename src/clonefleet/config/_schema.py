@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 from clonefleet.config._files import printable
 from clonefleet.config._mcp import McpServers
 from clonefleet.config._permissions import PermissionsConfig
+from clonefleet.config._urls import check_base_url
 from clonefleet.config._web import WebConfig
 from clonefleet.errors import ConfigError
 from clonefleet.permissions import RuleSet
@@ -30,9 +31,7 @@ __all__ = [
     "ModelConfig",
     "ProviderConfig",
     "SimulatedOptions",
-    "check_base_url",
     "provider_route",
-    "shown_url",
 ]
 
 
@@ -298,40 +297,6 @@ def provider_route(entry: ProviderConfig) -> tuple[str, str | None] | None:
     if entry.kind == "anthropic":
         return entry.base_url or ANTHROPIC_BASE_URL, entry.api_key_env or ANTHROPIC_KEY_ENV
     return entry.base_url or "", entry.api_key_env or None
-
-
-def shown_url(url: str) -> str:
-    """``url`` for people: a password or token in it masked, unsafe characters escaped."""
-    scheme, sep, rest = url.partition("://")
-    host, slash, tail = rest.partition("/")
-    if sep and "@" in host:
-        url = f"{scheme}://***@{host.rsplit('@', 1)[1]}{slash}{tail}"
-    return printable(url)
-
-
-def check_base_url(url: str, config_path: str | None, key: str) -> str:
-    """Return ``url`` when it is an ``http://`` or ``https://`` URL with a host.
-
-    Raises:
-        ConfigError: anything else (``file://``, ``javascript:``, no scheme, no host), naming
-            ``config_path`` and ``key``.
-    """
-    import httpx  # parsed as the provider parses it; imported only when a URL is given
-
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError) as exc:
-        problem = printable(str(exc))
-        raise ConfigError(
-            f"base_url '{shown_url(url)}' is not a URL ({problem})", config_path, key
-        ) from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ConfigError(
-            f"base_url '{shown_url(url)}' must be an http:// or https:// URL with a host",
-            config_path,
-            key,
-        )
-    return url
 
 
 def price_per_token(config: Config, model: str | None) -> tuple[float, float] | None:

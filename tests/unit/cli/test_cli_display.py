@@ -11,18 +11,22 @@ from rich.console import Console
 
 from clonefleet.cli.progress import (
     FAILURES_SHOWN,
+    MORE_FAILURES,
     PLAIN_EVERY_S,
     REFRESH_S,
     ROLLING_LINES,
+    ExecLines,
+    LiveView,
+    PlainView,
     ProgressNote,
     Rate,
     Tally,
     Watcher,
     clock_text,
     failure_line,
+    render_live,
     watch,
 )
-from clonefleet.cli.views import MORE_FAILURES, ExecLines, LiveView, PlainView, render_live
 from clonefleet.testing import FakeClock
 
 pytestmark = pytest.mark.timeout(20)

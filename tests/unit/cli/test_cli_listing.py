@@ -9,11 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from clonefleet.cli.control import _jobs_list, _jobs_status
+from clonefleet.cli.jobs import _jobs_list, _jobs_status
 from clonefleet.config import Config
 from clonefleet.journal import Journal
-from clonefleet.scheduler import JournalView, SchedulerCore
-from clonefleet.scheduler._durable import Durable
+from clonefleet.scheduler import Durable, JournalView, SchedulerCore
 from clonefleet.testing import LocalHosts, make_submission
 
 pytestmark = pytest.mark.timeout(30)
@@ -61,7 +60,7 @@ def test_the_table_shows_a_page_the_totals_and_how_to_get_the_next(view, capsys)
 
 
 def test_json_streams_one_object_of_every_job_page_by_page(view, capsys, monkeypatch):
-    monkeypatch.setattr("clonefleet.cli.listing.STREAM_PAGE", 3)  # three replies for 7 jobs
+    monkeypatch.setattr("clonefleet.cli.jobs.STREAM_PAGE", 3)  # three replies for 7 jobs
     calls = []
     real = view.list_jobs
 

@@ -16,6 +16,7 @@ import pytest
 
 from clonefleet import fleet as _fleet
 from clonefleet.cli import program as cli
+from clonefleet.cli import run
 from clonefleet.cli.signals import Interrupted, as_interrupted, stop_signals_raise
 
 pytestmark = pytest.mark.timeout(20)
@@ -114,9 +115,9 @@ def test_a_run_interrupted_at_any_moment_says_what_became_of_its_batch(
         _deliver(sig)
 
     monkeypatch.setattr(_fleet, "Fleet", make_fleet)
-    monkeypatch.setattr(cli, "_plan", lambda args, config: None)
-    monkeypatch.setattr(cli, "_watch", watch)
-    monkeypatch.setattr(cli, "_summary", summary)
+    monkeypatch.setattr(run, "_plan", lambda args, config: None)
+    monkeypatch.setattr(run, "_watch", watch)
+    monkeypatch.setattr(run, "_summary", summary)
     status = cli.main(["run", "general-purpose", "--prompt", "x"])
     assert status == 128 + sig
     lines = capsys.readouterr().err.strip().splitlines()

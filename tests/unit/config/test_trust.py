@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from clonefleet.cli import program as cli
-from clonefleet.config import ConfigSource, load_config, read_trust_records
+from clonefleet.config import ConfigSource, load_config, read_trust_records, trust_folder
 from clonefleet.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(60)
@@ -437,12 +437,10 @@ def test_trust_usage_errors_and_a_broken_record_file(home, capsys):
 
 
 def test_concurrent_trust_commands_keep_every_folder(home):
-    from clonefleet.cli.trust import trust
-
     folders = [home / f"p{i}" for i in range(8)]
     for folder in folders:
         folder.mkdir()
-    threads = [threading.Thread(target=trust, args=(f,)) for f in folders]
+    threads = [threading.Thread(target=trust_folder, args=(f,)) for f in folders]
     for t in threads:
         t.start()
     for t in threads:

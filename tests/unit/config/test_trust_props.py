@@ -26,8 +26,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clonefleet.cli.trust import trust
-from clonefleet.config import load_config
+from clonefleet.config import load_config, trust_folder
 from clonefleet.definitions import load_catalog, load_skills
 from clonefleet.errors import ConfigError, DefinitionError
 from clonefleet.fleet import plan_batch
@@ -174,7 +173,7 @@ def check_untrusted(root: Path, spec: dict[str, Any]) -> None:
 
 
 def check_trusted(root: Path, spec: dict[str, Any]) -> None:
-    trust(root)
+    trust_folder(root)
     config = load_config()
     for name, servers_of in strongest(spec).items():
         plan = plan_batch(name, "summarise the README", 1, config=config, caller_cwd=root)

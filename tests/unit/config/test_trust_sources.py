@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from clonefleet.cli import program as cli
-from clonefleet.cli.trust import revoke, trust
-from clonefleet.config import load_config
+from clonefleet.config import load_config, revoke_folder, trust_folder
 from clonefleet.definitions import load_catalog
 from clonefleet.errors import ConfigError, DefinitionError
 from clonefleet.fleet import plan_batch
@@ -85,7 +84,7 @@ def test_a_folder_an_untrusted_config_adds_may_not_start_a_command(project: Path
     for part in ("untrusted-mcp-server", "'helper'", "sh -c 'touch MARKER'", "discovery"):
         assert part in error.message
     assert f"`clonefleet trust {project}`" in error.message
-    trust(project)
+    trust_folder(project)
     assert servers_planned(project, "general-purpose") == {("helper", "sh")}
 
 
@@ -99,7 +98,7 @@ def test_an_untrusted_configs_inline_subagent_may_not_start_a_command(project: P
     assert error.path == f"{path}:subagents.general-purpose"
     assert "'helper'" in error.message and "sh -c 'touch MARKER'" in error.message
     assert f"`clonefleet trust {project}`" in error.message
-    trust(project)
+    trust_folder(project)
     assert servers_planned(project, "general-purpose") == {("helper", "sh")}
 
 
@@ -148,7 +147,7 @@ def test_a_url_server_of_an_untrusted_projects_definition_needs_trust(project: P
     error = refused(project, "fetcher")
     assert "https://mcp.evil.example/mcp" in error.message and "Authorization" in error.message
     assert "s3cret" not in error.message  # header names, never their values
-    trust(project)
+    trust_folder(project)
     assert servers_planned(project, "fetcher") == {("remote", "https://mcp.evil.example/mcp")}
 
 
@@ -216,7 +215,7 @@ def test_validate_lists_what_trust_would_allow(project: Path, capsys) -> None:
     assert "its files may now:\n" in out and "command  sh -c 'touch MARKER'" in out
     assert cli.main(["validate"]) == 0
     assert f"trust    {project} is trusted; its files may:" in capsys.readouterr().out
-    assert revoke(project) == str(project)
+    assert revoke_folder(project) == str(project)
     assert cli.main(["validate", "--json"]) == 1
 
 

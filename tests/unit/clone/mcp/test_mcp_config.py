@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from clonefleet.cli.trust import trust
-from clonefleet.config import Config, ConfigSource, McpServerConfig, load_config
+from clonefleet.config import Config, ConfigSource, McpServerConfig, load_config, trust_folder
 from clonefleet.definitions import AgentDefinition, load_catalog
 from clonefleet.definitions._build import build_definition
 from clonefleet.definitions._parse import parse_text
@@ -109,7 +108,7 @@ def test_untrusted_project_may_name_the_users_own_server_and_a_trusted_one_any(h
     project.write_text(SERVER_YAML.replace("UTC", "Europe/Paris"))  # changed: refused again
     with pytest.raises(ConfigError, match="not trusted"):
         load_config()
-    trust(str(home / "project"))
+    trust_folder(str(home / "project"))
     config = load_config()
     assert config.source == ConfigSource("project", str(project), True, str(project.parent.parent))
 
@@ -240,5 +239,5 @@ def test_an_untrusted_projects_definition_may_not_start_a_server_command(home: P
     assert failure.reason == "invalid-definition"
     assert "untrusted-mcp-server" in failure.message and "'touch pwned'" in failure.message
     assert "clonefleet trust" in failure.message
-    trust(project)
+    trust_folder(project)
     assert "evil" in load_catalog(project).definitions

@@ -110,7 +110,7 @@ def test_an_untrusted_project_config_may_not_set_web(tmp_path, monkeypatch):
     assert load_config().web == WebConfig() and web_change(load_config()) is None
     # Trusted, the same file loads.
     path.write_text("web: {allow_domains: [docs.python.org]}\n")
-    from clonefleet.cli import trust
+    from clonefleet.config import trust_folder
 
-    trust.trust(project)
+    trust_folder(project)
     assert load_config().web.allow_domains == ("docs.python.org",)

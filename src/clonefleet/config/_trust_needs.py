@@ -1,7 +1,7 @@
-"""Trust of project configs: a project's ``.clonefleet/config.yaml`` may not add a network
-provider, change a provider's ``base_url`` or ``api_key_env``, add an MCP server, set a
-simulation script, ``web`` or ``durability.journal_dir`` unless its folder is in the trust
-records (``clonefleet trust``); base URL checks (``docs/config.md``).
+"""What a project's config asks for that only trust allows: a project's ``.clonefleet/config.yaml``
+may not add a network provider, change a provider's ``base_url`` or ``api_key_env``, add an MCP
+server, set a simulation script, ``web`` or ``durability.journal_dir`` unless its folder is in the
+trust records (``clonefleet trust``, :mod:`._trust_records`; docs/config.md).
 
 :func:`config_needs` lists what a project's config asks for that only trust allows, as
 :class:`TrustNeed` rows; the loader refuses an untrusted file with the first one, and
@@ -10,20 +10,15 @@ records (``clonefleet trust``); base URL checks (``docs/config.md``).
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
 
-from clonefleet.config._files import MAX_CONFIG_BYTES, printable, read_regular_file
+from clonefleet.config._files import printable
 from clonefleet.config._mcp import McpServerConfig
-from clonefleet.config._schema import Config, ProviderConfig, provider_route, shown_url
-from clonefleet.errors import ConfigError
-
-# -- trust: the project folders whose config may name providers (``clonefleet trust``) -------
+from clonefleet.config._schema import Config, ProviderConfig, provider_route
+from clonefleet.config._urls import shown_url
 
 __all__ = [
     "TrustKind",
@@ -33,45 +28,11 @@ __all__ = [
     "mcp_need",
     "needs_trust",
     "provider_change",
-    "read_trust_records",
     "trust_command",
-    "trust_file",
     "web_change",
 ]
 
 
-def trust_file() -> Path:
-    """The trust records, ``$XDG_STATE_HOME/clonefleet/trusted.json`` (default
-    ``~/.local/state/clonefleet/trusted.json``); ``clonefleet.cli.trust`` writes them."""
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state) / "clonefleet" / "trusted.json"
-
-
-def read_trust_records(file: Path | None = None) -> list[dict[str, str]]:
-    """The trusted project folders, ``[{dir, since}]``; empty when there is no file.
-
-    Raises:
-        ConfigError: the file cannot be read or is not a trust-record file.
-    """
-    file = file or trust_file()
-    where = printable(str(file))
-    try:
-        data = json.loads(read_regular_file(file, MAX_CONFIG_BYTES))
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise ConfigError(f"cannot read trust records: {exc.strerror or exc}", where) from None
-    except ValueError:
-        data = None
-    records = data.get("trusted") if isinstance(data, dict) else None
-    if not isinstance(records, list) or not all(
-        isinstance(r, dict) and isinstance(r.get("dir"), str) for r in records
-    ):
-        raise ConfigError("not a clonefleet trust-record file; fix or delete it", where)
-    return [{"dir": r["dir"], "since": str(r.get("since", ""))} for r in records]
-
-
-# -- what needs trust ------------------------------------------------------------------------
 class TrustKind(StrEnum):
     """What a project's file asks for that only ``clonefleet trust`` allows."""
 

@@ -1,0 +1,307 @@
+"""``clonefleet run``: launch a counted batch of one subagent and follow it to its end
+(docs/cli.md).
+
+Everything that can be wrong with the request (config, count, definition, cwd, model, the
+rendering of every clone) is found before Ray starts. The batch is then followed with the live
+display or plain lines on stderr (:mod:`clonefleet.cli.progress`), records go to stdout with
+``--json`` and to the ``--out`` file, and the summary ends it (:mod:`clonefleet.cli.summary`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from clonefleet.cli.console import EXIT_FAILED, EXIT_OK, make_console, whole_number
+from clonefleet.cli.provider import config_line
+from clonefleet.cli.signals import as_interrupted, interrupted_line, say_outcome
+from clonefleet.errors import UsageError
+from clonefleet.vocab import succeeded
+
+__all__ = ["FOLLOW_MARGIN_S", "add_run_parser", "cmd_run"]
+
+FOLLOW_MARGIN_S = 30.0
+"""What each read that follows a run may take past its own wait before the run gives up: a
+scheduler folding a big batch's events answers late, not never (docs/scaling.md)."""
+
+
+def _var(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--var takes KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def _count(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--count takes a whole number, got {text!r}") from None
+
+
+def add_run_parser(sub: Any) -> None:
+    """Register ``clonefleet run`` on the command line's sub-parsers."""
+    run = sub.add_parser(
+        "run",
+        help="run a counted batch of one subagent",
+        description="Launch COUNT clones of AGENT, each its own job, and wait for them.",
+    )
+    run.add_argument("agent", metavar="AGENT", help="definition name (see `clonefleet agents`)")
+    run.add_argument(
+        "--prompt",
+        required=True,
+        help="the task; rendered per clone as a template for native definitions",
+    )
+    run.add_argument(
+        "--count",
+        type=_count,
+        default=1,
+        help="number of clones (default 1, at most limits.max_count)",
+    )
+    run.add_argument("--model", help="model, alias or @mg:GROUP overriding the definition's")
+    run.add_argument("--cwd", help="launch directory (default: the current directory)")
+    run.add_argument(
+        "--allow-chdir", action="store_true", help="approve a --cwd outside the current directory"
+    )
+    run.add_argument(
+        "--var",
+        type=_var,
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="template variable (repeatable)",
+    )
+    run.add_argument(
+        "--subagents-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra definitions directory (repeatable)",
+    )
+    _add_run_execution_options(run)
+    _add_run_display_options(run)
+
+
+def _add_run_display_options(run: argparse.ArgumentParser) -> None:
+    """What ``run`` shows while the batch runs and keeps when it ends (docs/cli.md)."""
+    run.add_argument(
+        "--progress-lines",
+        action="store_true",
+        help="print each progress update as an `exec: progress {...}` line even on a terminal",
+    )
+    run.add_argument(
+        "--table", action="store_true", help="end with the per-job table, however many jobs"
+    )
+    run.add_argument(
+        "--out",
+        metavar="FILE.jsonl",
+        help="append one `run --json` record per job to FILE as each job ends",
+    )
+
+
+def _add_run_execution_options(run: argparse.ArgumentParser) -> None:
+    """Where and how a batch runs, and what ``run`` prints."""
+    run.add_argument(
+        "--config",
+        metavar="FILE",
+        help="config file (default: .clonefleet/config.yaml, then ~/.config/clonefleet/config.yaml)",
+    )
+    run.add_argument(
+        "--address",
+        help="Ray address: auto, ray://host:port (default: embedded local Ray, or RAY_ADDRESS)",
+    )
+    run.add_argument(
+        "--sim-script",
+        metavar="FILE",
+        help="script file for the simulated provider (per-clone steps)",
+    )
+    run.add_argument(
+        "--clones-per-actor",
+        type=whole_number(1),
+        metavar="K",
+        help="clones hosted per Ray actor, 1 or more (1 = a process per clone)",
+    )
+    run.add_argument(
+        "--max-concurrency",
+        type=whole_number(1),
+        metavar="N",
+        help="jobs of this batch running at once, 1 or more",
+    )
+    run.add_argument(
+        "--budget-tokens",
+        type=whole_number(1),
+        metavar="N",
+        help="once the batch (with its subagents) used more than N tokens, start no more of its "
+        "jobs and cancel those running (they end cancelled, stop reason budget)",
+    )
+    run.add_argument(
+        "--budget-usd",
+        type=float,
+        metavar="X",
+        help="the same in US dollars (every model the batch may use needs a price in the config)",
+    )
+    run.add_argument(
+        "--detach",
+        action="store_true",
+        help="print the batch and job ids and return (needs a persistent cluster)",
+    )
+    run.add_argument("--json", action="store_true", help="print one JSON object per job as it ends")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from clonefleet.cluster import resolve_address, stop_current_session
+    from clonefleet.config import load_config
+
+    # Everything that can be wrong with the request is found here, before Ray starts: config,
+    # count, definition, cwd, model, and the rendering of every clone.
+    config = load_config(args.config)
+    print(f"clonefleet: {config_line(config)}", file=sys.stderr, flush=True)
+    plan = _plan(args, config)
+    address = resolve_address(args.address)
+    if args.detach and address is None:
+        raise UsageError(
+            "--detach needs a persistent cluster: run `clonefleet cluster up` and pass --address auto"
+        )
+    sink = _record_file(args)  # before Ray starts: a bad --out is a usage error
+    started = time.monotonic()
+    run = _Run(address)
+    say_outcome(run.what_became)  # also for an end at once (see clonefleet.cli.signals)
+    try:
+        try:
+            return _run_batch(args, config, plan, address, sink, started, run)
+        finally:
+            if run.fleet is not None:
+                run.fleet.close()
+            if sink is not None:
+                sink.close()
+    except KeyboardInterrupt as exc:
+        # Interrupted while the Fleet was being made (Ray starting), or while it was closing.
+        stop_current_session()
+        stop = as_interrupted(exc)
+        print(interrupted_line(stop), file=sys.stderr)
+        return stop.exit_status
+
+
+class _Run:
+    """How far a ``run`` got: what an interruption leaves behind depends on it."""
+
+    def __init__(self, address: str | None) -> None:
+        self.address = address
+        """Where the batch runs (``None``: an embedded Ray)."""
+        self.fleet: Any = None
+        self.batch_id: str | None = None
+        self.ended = False
+        """Whether every job had ended (the summary was being printed)."""
+
+    def what_became(self) -> str:
+        """What became of the batch, for the line that says the run was interrupted."""
+        embedded = self.address is None if self.fleet is None else self.fleet.embedded
+        if self.batch_id is None:
+            if embedded:
+                return "no batch was submitted, and the embedded cluster stopped"
+            return "no batch id came back (`clonefleet jobs list` shows whether one started)"
+        if self.ended:
+            return f"batch {self.batch_id} had ended"
+        if embedded:
+            return f"batch {self.batch_id} cancelled: the embedded cluster stopped, and its jobs"
+        return (
+            f"batch {self.batch_id} keeps running on the cluster "
+            f"(`clonefleet jobs cancel {self.batch_id}` stops it)"
+        )
+
+
+def _run_batch(
+    args: argparse.Namespace,
+    config: Any,
+    plan: Any,
+    address: str | None,
+    sink: Any,
+    started: float,
+    run: _Run,
+) -> int:
+    """Connect, submit, follow and summarise; ``run`` records how far it got."""
+    from clonefleet.fleet import Fleet
+
+    fleet = run.fleet = Fleet(address, config=config)
+    fleet.wait_margin_s = FOLLOW_MARGIN_S  # the reads that follow the run (see above)
+    batch = fleet.submit(plan)
+    run.batch_id = batch.batch_id
+    if args.detach:
+        out = {"batch_id": batch.batch_id, "job_ids": list(batch.job_ids)}
+        print(
+            json.dumps(out) if args.json else f"batch {batch.batch_id}: " + " ".join(batch.job_ids)
+        )
+        return EXIT_OK
+    tally = _watch(fleet, batch, args, sink)
+    run.ended = True
+    records = tally.ordered_records()
+    if not args.json:
+        _summary(args, config, fleet, tally, time.monotonic() - started)
+    ok = all(succeeded(r) for r in records) and (sink is None or sink.error is None)
+    return EXIT_OK if ok and len(records) == len(batch.job_ids) else EXIT_FAILED
+
+
+def _plan(args: argparse.Namespace, config: Any) -> Any:
+    """The checked, rendered batch of a ``run`` command line (nothing has started)."""
+    from clonefleet.fleet import plan_batch
+
+    return plan_batch(
+        args.agent,
+        args.prompt,
+        args.count,
+        config=config,
+        caller_cwd=Path.cwd(),
+        model=args.model,
+        cwd=args.cwd,
+        approve_chdir=args.allow_chdir,
+        variables=dict(args.var),
+        subagents_dirs=args.subagents_dir,
+        sim_script=args.sim_script,
+        clones_per_actor=args.clones_per_actor,
+        max_concurrency=args.max_concurrency,
+        budget_tokens=args.budget_tokens,
+        budget_usd=args.budget_usd,
+    )
+
+
+def _record_file(args: argparse.Namespace) -> Any:
+    """The ``--out`` file, open for appending (``None`` without ``--out``)."""
+    from clonefleet.cli.summary import RecordFile
+
+    if args.detach and (args.out or args.table or args.progress_lines):
+        raise UsageError("--out, --table and --progress-lines follow a run; not with --detach")
+    return RecordFile(args.out) if args.out else None
+
+
+def _watch(fleet: Any, batch: Any, args: argparse.Namespace, sink: Any) -> Any:
+    """Follow the batch to its end with the live display (or plain lines) on stderr; records
+    go to stdout with ``--json`` and to the ``--out`` file as each job ends."""
+    from clonefleet.cli.progress import watch
+
+    writers = [sink.write] if sink is not None else []
+    return watch(
+        fleet, batch, as_json=args.json, progress_lines=args.progress_lines, writers=writers
+    )
+
+
+def _summary(
+    args: argparse.Namespace, config: Any, fleet: Any, tally: Any, elapsed_s: float
+) -> None:
+    from clonefleet.cli.summary import RunEnd, keep_failures, print_summary, summary
+
+    end = RunEnd(
+        records=tally.ordered_records(),
+        total=tally.total,
+        batch_id=tally.batch_id,
+        elapsed_s=elapsed_s,
+        ran_s=tally.elapsed_s,
+        details=tally.details,
+        out_path=args.out,
+        embedded=fleet.embedded,
+        address=None if args.address in (None, "auto") else args.address,
+    )
+    print_summary(make_console(), summary(end, config, table=args.table, kept=keep_failures(end)))
