@@ -238,6 +238,9 @@ class ExitJudge:
             between them, that end the run as abnormal.
         timeout_s: wall-clock budget of one payload's schema check (default
             ``EXIT_VALIDATION_TIMEOUT_S``).
+        quick: accept what the schema's compiled quick check accepts without the full validator
+            (``False``: every payload goes through the full validator; the decisions are the
+            same).
 
     Raises:
         DefinitionError: ``schema`` is not a valid Draft 2020-12 JSON Schema.
@@ -250,6 +253,7 @@ class ExitJudge:
         retry_budget: int = 2,
         breaker_threshold: int = 3,
         timeout_s: float | None = None,
+        quick: bool = True,
     ) -> None:
         self.schema, self.retry_budget, self.breaker_threshold = (
             schema,
@@ -259,8 +263,17 @@ class ExitJudge:
         self.timeout_s = timeout_s
         self._validator = exit_validator(schema)
         self._quick_schema, self._quick = _QUICK_BY_SCHEMA(schema)
+        if not quick:
+            self._quick = None
         self._status_retries = 0
         self._failing_streak: list[str] = []
+
+    @property
+    def cheap_schema(self) -> bool:
+        """Whether checking against the schema is cheap for any small payload (no regular
+        expressions, no references, no pairwise comparisons): a small payload is then judged on
+        the event loop (:meth:`judge_off_loop`)."""
+        return self._quick_schema
 
     def export_state(self) -> dict[str, Any]:
         """The judge's counters as plain data, for a clone's checkpoint (see

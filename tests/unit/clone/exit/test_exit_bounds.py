@@ -225,8 +225,6 @@ def test_a_pattern_the_regex_engine_refuses_ends_the_run_instead_of_crashing(mon
 async def test_a_small_payload_against_a_plain_schema_is_judged_without_a_thread_hop():
     import threading
 
-    from clonefleet.clone.exit import _judge as _exit
-
     judge = ExitJudge(DEFAULT_EXIT_SCHEMA)
     seen: list[str] = []
     real = judge.judge
@@ -240,4 +238,5 @@ async def test_a_small_payload_against_a_plain_schema_is_judged_without_a_thread
     await judge.judge_off_loop({"success": True, "summary": "x" * 5000})  # a long string: thread
     assert seen[0] == threading.current_thread().name
     assert seen[1] != threading.current_thread().name
-    assert not _exit._is_quick_schema({"properties": {"s": {"pattern": "^a+$"}}})
+    assert judge.cheap_schema
+    assert not ExitJudge({"properties": {"s": {"pattern": "^a+$"}}}).cheap_schema
