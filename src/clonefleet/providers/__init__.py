@@ -15,19 +15,19 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from clonefleet.providers._identity_cache import IdentityCache as IdentityCache
+from clonefleet.providers._protocol import Message as Message
+from clonefleet.providers._protocol import Model as Model
+from clonefleet.providers._protocol import ModelRequest as ModelRequest
+from clonefleet.providers._protocol import ModelResponse as ModelResponse
+from clonefleet.providers._protocol import Role as Role
+from clonefleet.providers._protocol import ToolCall as ToolCall
+from clonefleet.providers._protocol import ToolSpec as ToolSpec
+from clonefleet.providers._protocol import Usage as Usage
 from clonefleet.providers._sim import SimBrain as SimBrain
 from clonefleet.providers._sim import SimScript as SimScript
 from clonefleet.providers._sim import SimStep as SimStep
 from clonefleet.providers._sim import SimulatedModel as SimulatedModel
-from clonefleet.providers._types import IdentityCache as IdentityCache
-from clonefleet.providers._types import Message as Message
-from clonefleet.providers._types import Model as Model
-from clonefleet.providers._types import ModelRequest as ModelRequest
-from clonefleet.providers._types import ModelResponse as ModelResponse
-from clonefleet.providers._types import Role as Role
-from clonefleet.providers._types import ToolCall as ToolCall
-from clonefleet.providers._types import ToolSpec as ToolSpec
-from clonefleet.providers._types import Usage as Usage
 
 if TYPE_CHECKING:
     from clonefleet.providers._anthropic import AnthropicModel as AnthropicModel

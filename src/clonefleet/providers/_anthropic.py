@@ -8,8 +8,15 @@ from clonefleet.errors import (
     ModelBehaviorError,
 )
 from clonefleet.providers._openai import clone_user
+from clonefleet.providers._protocol import (
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Role,
+    ToolCall,
+    Usage,
+)
 from clonefleet.providers._transport import HTTPProvider, summarize_json, token_count
-from clonefleet.providers._types import Message, ModelRequest, ModelResponse, Role, ToolCall, Usage
 
 __all__ = [
     "ANTHROPIC_DEFAULT_MAX_TOKENS",

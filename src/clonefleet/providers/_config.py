@@ -14,8 +14,8 @@ from clonefleet.config import ANTHROPIC_BASE_URL, ANTHROPIC_KEY_ENV, ProviderCon
 from clonefleet.errors import ConfigError
 from clonefleet.providers._anthropic import ANTHROPIC_VERSION, AnthropicModel
 from clonefleet.providers._openai import OpenAIModel
+from clonefleet.providers._protocol import Model
 from clonefleet.providers._transport import HTTPProvider
-from clonefleet.providers._types import Model
 
 __all__ = ["ANTHROPIC_BASE_URL", "build_provider"]
 

@@ -12,9 +12,8 @@ from clonefleet.errors import (
     ModelBehaviorError,
 )
 from clonefleet.providers._bounded_json import loads_bounded
-from clonefleet.providers._transport import HTTPProvider, summarize_json, token_count
-from clonefleet.providers._types import (
-    IdentityCache,
+from clonefleet.providers._identity_cache import IdentityCache
+from clonefleet.providers._protocol import (
     Message,
     ModelRequest,
     ModelResponse,
@@ -23,6 +22,7 @@ from clonefleet.providers._types import (
     ToolSpec,
     Usage,
 )
+from clonefleet.providers._transport import HTTPProvider, summarize_json, token_count
 
 __all__ = ["OpenAIModel", "clone_user", "openai_payload", "openai_response"]
 

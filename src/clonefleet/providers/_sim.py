@@ -21,7 +21,7 @@ import yaml
 
 from clonefleet.config import printable, read_regular_file, safe_load_yaml, yaml_problem
 from clonefleet.errors import ConfigError, ModelBehaviorError, ModelHTTPError, ModelTimeout
-from clonefleet.providers._types import ModelRequest, ModelResponse, Role, ToolCall, Usage
+from clonefleet.providers._protocol import ModelRequest, ModelResponse, Role, ToolCall, Usage
 from clonefleet.vocab import Outcome, status_family
 
 __all__ = ["SimBrain", "SimScript", "SimStep", "SimulatedModel", "instance_from_schema"]

@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from clonefleet.providers._bounded_json import loads_bounded
-from clonefleet.providers._types import (
+from clonefleet.providers._protocol import (
     Message,
     ModelRequest,
     ModelResponse,

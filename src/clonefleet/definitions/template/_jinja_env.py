@@ -2,7 +2,7 @@
 
 On top of ``ImmutableSandboxedEnvironment`` (no ``_``-attributes, no mutation of lists/dicts) and
 ``StrictUndefined`` this module routes *every* operation a template can do through the checks of
-``_budget``, ``_sizes``, ``_format_limits`` and ``_operator_limits`` (under the caps of
+``_render_budget``, ``_sizes``, ``_format_limits`` and ``_operator_limits`` (under the caps of
 ``_limits``), because one C-level call (``str.replace``, ``%``, ``==``, ``sorted``, an encoder)
 runs to its end once started, whatever the deadline says:
 
@@ -39,7 +39,6 @@ from jinja2.runtime import Macro
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Cycler, Joiner, Namespace
 
-from clonefleet.definitions.template._budget import check_budget, current_budget
 from clonefleet.definitions.template._format_limits import check_format_call, check_printf
 from clonefleet.definitions.template._jinja_filters import guard_arg, guarded_filters, guarded_tests
 from clonefleet.definitions.template._limits import (
@@ -56,6 +55,7 @@ from clonefleet.definitions.template._operator_limits import (
     guard_method,
     join_checked,
 )
+from clonefleet.definitions.template._render_budget import check_render, current_render_budget
 from clonefleet.definitions.template._sizes import (
     bounded_iterable,
     charge,
@@ -277,7 +277,7 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
         return join_checked("", items)
 
     def guard_iter(self, iterable: Iterable[Any]) -> Iterator[Any]:
-        budget = current_budget()
+        budget = current_render_budget()
         for item in iterable:
             if budget is not None:
                 budget.check()
@@ -290,7 +290,7 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
         return charge_shell(tuple(bounded_iterable(value, "star-expanded arguments")))
 
     def guarded_compare(self, left: Any, ops: tuple[tuple[str, Any], ...]) -> Any:
-        check_budget()
+        check_render()
         result: Any = True
         for op, right in ops:
             check_comparable(left, right)
@@ -301,20 +301,20 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
         return result
 
     def guarded_slice(self, obj: Any, start: Any, stop: Any, step: Any) -> Any:
-        check_budget()
+        check_render()
         return charge(obj[start:stop:step], (obj,))
 
     # Sandbox overrides -------------------------------------------------------------------------
     def getitem(self, obj: Any, argument: Any) -> Any:
-        check_budget()
+        check_render()
         return super().getitem(obj, argument)
 
     def getattr(self, obj: Any, attribute: str) -> Any:
-        check_budget()
+        check_render()
         return super().getattr(obj, attribute)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        check_budget()
+        check_render()
         if operator == "*":
             check_multiply(left, right)
         elif operator == "**":
@@ -336,7 +336,7 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
         return charge(self.binop_table[operator](left, right), (left, right))
 
     def call(__self, __context: Any, __obj: Any, /, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
-        check_budget()
+        check_render()
         args = tuple(guard_arg(a, "a call argument") for a in args)
         kwargs = {k: guard_arg(v, "a call argument") for k, v in kwargs.items()}
         is_method = isinstance(__obj, (types.BuiltinMethodType, types.MethodType))
@@ -367,7 +367,7 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
 
         @functools.wraps(wrapper)
         def checked(*args: Any, **kwargs: Any) -> str:
-            check_budget()
+            check_render()
             if is_format_map:
                 check_format_call(fmt, (), args[0] if args else {})
             else:

@@ -31,7 +31,6 @@ from jinja2.filters import (
 from jinja2.tests import TESTS
 from jinja2.utils import pass_environment, pass_eval_context
 
-from clonefleet.definitions.template._budget import check_budget
 from clonefleet.definitions.template._format_limits import check_printf
 from clonefleet.definitions.template._limits import (
     MAX_HASH_COLLISIONS,
@@ -43,6 +42,7 @@ from clonefleet.definitions.template._limits import (
     too_big,
 )
 from clonefleet.definitions.template._operator_limits import join_checked, replace_size
+from clonefleet.definitions.template._render_budget import check_render
 from clonefleet.definitions.template._sizes import (
     bounded_iterable,
     charge,
@@ -155,7 +155,7 @@ def _indented_json_size(value: Any, indent: int) -> int:
         item, depth = stack.pop()
         steps += 1
         if not steps & 1023:
-            check_budget()
+            check_render()
         total += indent * depth + 3
         if isinstance(item, dict):
             stack.extend((v, depth + 1) for v in item.values())
@@ -186,7 +186,7 @@ def _f_title(s: Any) -> str:
     text, pos = str(s), 0
     out: list[str] = []
     while pos < len(text):
-        check_budget()
+        check_render()
         cut = _WORD_START.search(text, pos + 65536)
         end = cut.end() if cut is not None else len(text)
         out.append(
@@ -322,7 +322,7 @@ def _guarded_filter(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        check_budget()
+        check_render()
         if len(args) > offset:
             value = args[offset]
             if name in _ITERATING:
@@ -355,7 +355,7 @@ def guarded_filters() -> dict[str, Callable[..., Any]]:
 def _guarded_test(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(value: Any, *args: Any) -> Any:
-        check_budget()
+        check_render()
         for other in args:
             check_comparable(value, other)
         return fn(value, *args)

@@ -3,7 +3,7 @@
 A template is untrusted input (a nested spawn's prompt is written by a model), so its work and
 memory are bounded. Two kinds of check do it:
 
-* **Between operations**: a wall-clock budget per render (``_budget``), held in a context
+* **Between operations**: a wall-clock budget per render (``_render_budget``), held in a context
   variable and checked by every loop iteration, call, filter, attribute or item access,
   comparison and join. The budget also counts the bytes of every value the render's operations
   make (``_sizes.charge``) and stops the render past :data:`MAX_RENDER_MEMORY` (so values kept in

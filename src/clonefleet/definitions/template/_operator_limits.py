@@ -9,7 +9,6 @@ from typing import Any
 
 from jinja2.exceptions import SecurityError
 
-from clonefleet.definitions.template._budget import check_budget
 from clonefleet.definitions.template._limits import (
     MAX_INT_BITS,
     MAX_ITEMS,
@@ -18,6 +17,7 @@ from clonefleet.definitions.template._limits import (
     TemplateLimitError,
     too_big,
 )
+from clonefleet.definitions.template._render_budget import check_render
 from clonefleet.definitions.template._sizes import charge, check_text, check_width, measure
 
 __all__ = [
@@ -58,7 +58,7 @@ def join_checked(separator: Any, items: Iterable[Any]) -> str:
     total = 0
     for i, item in enumerate(items):
         if not i & 255:
-            check_budget()
+            check_render()
         text = item if isinstance(item, str) else str(check_text(item, "a joined value"))
         total += len(text) + (len(sep) if parts else 0)
         if total > MAX_OUTPUT_CHARS:

@@ -4,7 +4,7 @@ For each clone the caller's task is rendered first (every dialect), then a nativ
 body with the rendered task available as ``prompt``; claude and python bodies are used verbatim.
 All clones are rendered before :func:`render_batch` returns, so one error rejects the batch and
 nothing starts. Templates run in the guarded sandbox of ``_sandbox``, under the caps of
-``_limits`` and the budget of ``_budget``; this module supplies the variables, the output count,
+``_limits`` and the budget of ``_render_budget``; this module supplies the variables, the output count,
 the deadlines, the ``@skill:`` injections and the translation of failures into ``TemplateError``.
 """
 
@@ -31,13 +31,17 @@ from clonefleet.definitions._skills import (
     load_skills,
     resolve_skill_refs,
 )
-from clonefleet.definitions.template._budget import Budget, reset_budget, set_budget
 from clonefleet.definitions.template._code_size import code_exceeds
 from clonefleet.definitions.template._jinja_env import guarded_environment
 from clonefleet.definitions.template._limits import (
     MAX_OUTPUT_CHARS,
     RENDER_TIMEOUT_S,
     TemplateLimitError,
+)
+from clonefleet.definitions.template._render_budget import (
+    RenderBudget,
+    reset_render_budget,
+    set_render_budget,
 )
 from clonefleet.errors import TemplateError, UsageError
 
@@ -241,8 +245,8 @@ def render_template(
     except Exception as exc:  # noqa: BLE001
         raise _translate(exc, what, variables, path, field) from None
     end = clock() + timeout_s
-    budget = Budget(min(end, deadline) if deadline is not None else end, clock)
-    token = set_budget(budget)
+    budget = RenderBudget(min(end, deadline) if deadline is not None else end, clock)
+    token = set_render_budget(budget)
     chunks = None
     try:
         chunks = cast(Generator[str, None, None], template.generate(variables))
@@ -264,7 +268,7 @@ def render_template(
     finally:
         if chunks is not None:
             chunks.close()
-        reset_budget(token)
+        reset_render_budget(token)
 
 
 def _user_variables(variables: Mapping[str, Any]) -> dict[str, Any]:

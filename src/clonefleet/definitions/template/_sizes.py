@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 
 from jinja2.utils import Cycler
 
-from clonefleet.definitions.template._budget import check_budget, current_budget
 from clonefleet.definitions.template._limits import (
     MAX_HASH_COLLISIONS,
     MAX_ITEMS,
@@ -21,6 +20,7 @@ from clonefleet.definitions.template._limits import (
     TemplateLimitError,
     too_big,
 )
+from clonefleet.definitions.template._render_budget import check_render, current_render_budget
 
 __all__ = [
     "bounded_iterable",
@@ -106,7 +106,7 @@ def measure(
         if units > limit:
             raise too_big(what, units - 1, limit)
         return Size(units, 1, text)
-    budget = current_budget()
+    budget = current_render_budget()
     cache = budget.sizes if budget is not None else None
     units = objects = text = 0
     stack = [value]
@@ -165,7 +165,7 @@ def charge(value: _T, sources: tuple[Any, ...] = ()) -> _T:
     Raises:
         TemplateLimitError: the render's values add up past :data:`MAX_RENDER_MEMORY`.
     """
-    budget = current_budget()
+    budget = current_render_budget()
     if budget is None or any(value is source for source in sources):
         return value
     if isinstance(value, (str, bytes)):
@@ -178,7 +178,7 @@ def charge(value: _T, sources: tuple[Any, ...] = ()) -> _T:
 
 def charge_shell(value: _T) -> _T:
     """Count a container a literal made, without its items (they were counted where made)."""
-    budget = current_budget()
+    budget = current_render_budget()
     if budget is not None:
         budget.charge(sys.getsizeof(value))
     return value
@@ -258,7 +258,7 @@ def _counted(items: Iterator[Any], what: str) -> Iterator[Any]:
     units = 0
     for i, item in enumerate(items):
         if not i & 255:
-            check_budget()
+            check_render()
         if i >= MAX_ITEMS:
             raise TemplateLimitError(
                 f"{what} would go through over {MAX_ITEMS:,} items, the template limit"

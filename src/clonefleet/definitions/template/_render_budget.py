@@ -24,12 +24,12 @@ FIRST_SAMPLE_S = 0.002
 """When, into a render, its process's resident memory is first read (the baseline)."""
 
 __all__ = [
-    "Budget",
-    "check_budget",
-    "current_budget",
-    "reset_budget",
+    "RenderBudget",
+    "check_render",
+    "current_render_budget",
+    "reset_render_budget",
     "resident_bytes",
-    "set_budget",
+    "set_render_budget",
 ]
 
 _STATM: dict[int, int] = {}
@@ -57,7 +57,7 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 @dataclass(slots=True)
-class Budget:
+class RenderBudget:
     """The deadline and memory allowance of the render in progress."""
 
     deadline: float
@@ -120,26 +120,33 @@ class Budget:
             )
 
 
-_BUDGET: contextvars.ContextVar[Budget | None] = contextvars.ContextVar(
+_BUDGET: contextvars.ContextVar[RenderBudget | None] = contextvars.ContextVar(
     "clonefleet_template_budget", default=None
 )
 
 
-def check_budget() -> None:
+def check_render() -> None:
+    """Check the render in progress (if any) against its :class:`RenderBudget`: its deadline,
+    and, every :data:`MEMORY_SAMPLE_S`, the growth of the process's resident memory.
+
+    Raises:
+        TemplateLimitError: the render is over its time or memory allowance.
+    """
     budget = _BUDGET.get()
     if budget is not None:
         budget.check()
 
 
-def set_budget(budget: Budget | None) -> contextvars.Token[Budget | None]:
+def set_render_budget(budget: RenderBudget | None) -> contextvars.Token[RenderBudget | None]:
     """Install the deadline for the render in progress; reset with the returned token."""
     return _BUDGET.set(budget)
 
 
-def reset_budget(token: contextvars.Token[Budget | None]) -> None:
+def reset_render_budget(token: contextvars.Token[RenderBudget | None]) -> None:
+    """Restore the budget in force before :func:`set_render_budget` returned ``token``."""
     _BUDGET.reset(token)
 
 
-def current_budget() -> Budget | None:
+def current_render_budget() -> RenderBudget | None:
     """The deadline of the render in progress in this context, if any."""
     return _BUDGET.get()

@@ -1,4 +1,5 @@
-"""Value objects the agent loop and the model providers exchange.
+"""The model protocol: the value objects the agent loop and the model providers exchange, and
+:class:`Model`, what every provider implements.
 
 A provider sees one :class:`ModelRequest` and answers one :class:`ModelResponse`; nothing else
 crosses that seam. The classes are frozen, keyword-only and defined at module level so they
@@ -7,13 +8,11 @@ pickle across Ray process boundaries.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
-    "IdentityCache",
     "Message",
     "Model",
     "ModelRequest",
@@ -132,33 +131,3 @@ class Model(Protocol):
     """
 
     async def request(self, req: ModelRequest) -> ModelResponse: ...
-
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class IdentityCache(Generic[K, V]):
-    """``make(key)``, made once per key object and found again by its identity.
-
-    For what every request of every clone rebuilds from the same few objects (the wire form of
-    a tool spec, a batch's exit spec and validator from its one shared schema): an ``id`` lookup
-    instead of walking or hashing the object. Each key is kept alive beside its value, so its id
-    stays its own; past ``size`` entries the cache starts again empty.
-    """
-
-    __slots__ = ("_items", "_make", "_size")
-
-    def __init__(self, make: Callable[[K], V], size: int) -> None:
-        self._make, self._size = make, size
-        self._items: dict[int, tuple[K, V]] = {}
-
-    def __call__(self, key: K) -> V:
-        found = self._items.get(id(key))
-        if found is not None and found[0] is key:
-            return found[1]
-        value = self._make(key)
-        if len(self._items) >= self._size:
-            self._items.clear()
-        self._items[id(key)] = (key, value)
-        return value
