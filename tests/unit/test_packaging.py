@@ -48,11 +48,8 @@ REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "src" / "clonefleet"
 
 
-def test_every_folder_of_the_package_is_a_package_and_is_shipped_to_remote_clusters():
+def test_every_folder_of_the_package_is_a_package():
     import tomllib
-
-    import clonefleet
-    from clonefleet.cluster import _runtime
 
     found = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     assert found == {"find": {"where": ["src"]}}
@@ -63,7 +60,3 @@ def test_every_folder_of_the_package_is_a_package_and_is_shipped_to_remote_clust
     }
     assert {Path("clone/tools"), Path("scheduler"), Path("cluster")} <= folders
     assert all((SOURCE / d / "__init__.py").is_file() for d in folders)
-    installed = Path(clonefleet.__file__).resolve().parent  # site-packages, or the checkout
-    shipped = set(_runtime._package_files(installed))
-    assert {d / "__init__.py" for d in folders} <= shipped
-    assert Path("definitions/shipped/general-purpose.md") in shipped

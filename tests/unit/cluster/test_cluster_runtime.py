@@ -136,3 +136,17 @@ def test_shipping_can_be_turned_off_for_every_command(monkeypatch, cache):
     monkeypatch.setenv("CLONEFLEET_SHIP_PACKAGE", "0")
     assert "py_modules" not in (_runtime.remote_runtime_env() or {})
     assert not (cache / "packages").exists()
+
+
+def test_every_package_folder_travels_in_the_snapshot():
+    import clonefleet
+
+    installed = Path(clonefleet.__file__).resolve().parent  # site-packages, or the checkout
+    folders = {
+        d.relative_to(installed)
+        for d in installed.rglob("*")
+        if d.is_dir() and any(d.glob("*.py")) and "__pycache__" not in d.parts
+    }
+    shipped = set(_runtime._package_files(installed))
+    assert {d / "__init__.py" for d in folders} <= shipped
+    assert Path("definitions/shipped/general-purpose.md") in shipped
