@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 import clonefleet.control
-from clonefleet.clone import ToolContext, job_tools
-from clonefleet.clone.tools._jobs import TOOL_METHODS
+from clonefleet.clone import TOOL_METHODS, ToolContext, job_tools
 from clonefleet.control import JobControl
 from clonefleet.fleet import Fleet
 from clonefleet.host.remote import SchedulerControl
@@ -28,7 +27,20 @@ PROTOCOL = {
 }
 
 EXTRAS: dict[type, set[str]] = {
-    SchedulerCore: {"reserve_ids", "submit", "warm", "warm_ready", "capacity", "aclose"},
+    SchedulerCore: {
+        "reserve_ids",
+        "submit",
+        "warm",
+        "warm_ready",
+        "capacity",
+        "aclose",
+        # Not job control: what a restarted scheduler (recovery) and its host pool call.
+        "queue_batch",
+        "forget_batch",
+        "paused",
+        "crash_job",
+        "apply_event",
+    },
     SchedulerActor: {
         "ping",
         "submit",

@@ -4,12 +4,15 @@ submission the scheduler starts, on the caller's machine or on a spawning clone'
 
 from clonefleet.planning._batch_plan import BatchPlan as BatchPlan
 from clonefleet.planning._batch_plan import plan_batch as plan_batch
-from clonefleet.planning._budget_check import check_budget as check_budget
+from clonefleet.planning._budget_check import check_batch_budget as check_batch_budget
 from clonefleet.planning._clone_specs import BatchRequest as BatchRequest
 from clonefleet.planning._clone_specs import check_count as check_count
 from clonefleet.planning._clone_specs import clone_tools as clone_tools
 from clonefleet.planning._clone_specs import plan_specs as plan_specs
 from clonefleet.planning._clone_specs import resolve_tools as resolve_tools
+from clonefleet.planning._nested import NestedPlan as NestedPlan
+from clonefleet.planning._nested import check_planned as check_planned
+from clonefleet.planning._nested import child_request as child_request
 from clonefleet.planning._submission import BatchSubmission as BatchSubmission
 from clonefleet.planning._submission import new_batch_id as new_batch_id
 from clonefleet.planning._submission import new_job_id as new_job_id
@@ -18,8 +21,11 @@ __all__ = [
     "BatchPlan",
     "BatchRequest",
     "BatchSubmission",
-    "check_budget",
+    "NestedPlan",
+    "check_batch_budget",
     "check_count",
+    "check_planned",
+    "child_request",
     "clone_tools",
     "new_batch_id",
     "new_job_id",

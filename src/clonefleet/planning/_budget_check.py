@@ -9,10 +9,10 @@ from typing import Any
 from clonefleet.config import Config, price_per_token
 from clonefleet.errors import UsageError
 
-__all__ = ["check_budget"]
+__all__ = ["check_batch_budget"]
 
 
-def check_budget(
+def check_batch_budget(
     budget_tokens: Any, budget_usd: Any, config: Config, models: Sequence[str]
 ) -> None:
     """Accept a positive whole ``budget_tokens`` and a positive finite ``budget_usd`` (each

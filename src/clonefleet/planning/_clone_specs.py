@@ -26,7 +26,7 @@ from clonefleet.definitions import (
 )
 from clonefleet.errors import ConfigError, UsageError
 from clonefleet.permissions import ALLOW_ALL, Policy
-from clonefleet.planning._budget_check import check_budget
+from clonefleet.planning._budget_check import check_batch_budget
 from clonefleet.providers import SimScript
 from clonefleet.vocab import (
     KNOWN_TOOLS,
@@ -243,7 +243,7 @@ def plan_specs(
     defn = catalog.get(req.agent)
     launch = _launch_dir(req, caller_cwd)
     candidates, fallbacks = _model_keys(req, defn, config)
-    check_budget(req.budget_tokens, req.budget_usd, config, (*candidates, *fallbacks))
+    check_batch_budget(req.budget_tokens, req.budget_usd, config, (*candidates, *fallbacks))
     gets = clone_tools(defn, config, launch, caller_tools, caller_policy)
     rendered = render_batch(
         defn,

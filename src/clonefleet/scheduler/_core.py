@@ -1,11 +1,15 @@
-"""The scheduler core: the job table, the pool of slots and job control.
+"""The scheduler core: the pool of slots and job control over the job table.
 
 :class:`SchedulerCore` is plain async Python and implements :class:`~clonefleet.control.JobControl`
-itself. It reaches clone hosts only through :class:`~clonefleet.host.HostCalls` (see
-``_hosts.py``), so tests drive it with in-process hosts and the Ray shell gives it actor-backed
-ones; events go to the log of ``_events.py``. It owns which job runs where and when; it never
-renders a template: the client renders a user's batch before submitting (so nothing starts on
-a render error), and the parent's clone host renders a nested spawn (``_nested.py``).
+itself. Its state about jobs is the :class:`~clonefleet.scheduler._table.JobTable` it owns
+(``_table.py``); it answers the read calls through :class:`~clonefleet.scheduler._queries.JobQueries`
+and stops jobs through :class:`~clonefleet.scheduler._stops.JobStops`, each given the table and
+the core's callbacks. It reaches clone hosts only through :class:`~clonefleet.host.HostCalls`
+(see ``_hosts.py``), so tests drive it with in-process hosts and the Ray shell gives it
+actor-backed ones; events go to the log of ``_events.py``. It owns which job runs where and
+when; it never renders a template: the client renders a user's batch before submitting (so
+nothing starts on a render error), and the parent's clone host renders a nested spawn
+(``_nested.py``).
 """
 
 from __future__ import annotations
@@ -13,38 +17,34 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections import deque
-from collections.abc import Coroutine, Sequence
-from dataclasses import replace
-from typing import Any
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, Unpack
 
 from clonefleet import control as api
 from clonefleet.clone import CloneSpec, state_of
 from clonefleet.config import DurabilityConfig
-from clonefleet.errors import ClusterError, IdCollision, UsageError
+from clonefleet.control import Seconds
+from clonefleet.errors import ClusterError
 from clonefleet.host import HostCalls, HostFactory
-from clonefleet.planning import BatchSubmission, new_batch_id, new_job_id
+from clonefleet.planning import BatchSubmission
 from clonefleet.scheduler._durable import Durable
 from clonefleet.scheduler._events import EventLog, Pulse
-from clonefleet.scheduler._hosts import (
-    HostPool,
-    Move,
-    choose_clones_per_actor,
-    node_of,
-)
-from clonefleet.scheduler._listing import JobOrder
+from clonefleet.scheduler._hosts import HostPool, Move, choose_clones_per_actor, node_of
 from clonefleet.scheduler._mail import Mailroom
 from clonefleet.scheduler._nested import spawn_nested
+from clonefleet.scheduler._queries import JobQueries
 from clonefleet.scheduler._state import JobRecord, known_cost
 from clonefleet.scheduler._stops import JobStops
+from clonefleet.scheduler._table import JobTable
 from clonefleet.scheduler._usage import UsageBook, budget_record
 from clonefleet.vocab import EventType, JobState, Outcome, StopReason, stop_error
 
 __all__ = ["BatchSubmission", "SchedulerCore"]
 
 
-class SchedulerCore(JobStops):
-    """Owns the job table and runs batches on clone hosts; a :class:`JobControl`.
+class SchedulerCore:
+    """Runs the batches of its job table on clone hosts; a :class:`JobControl`.
 
     Args:
         host_factory: makes a host for ``(host_id, control)``; ``control`` is this core.
@@ -71,53 +71,52 @@ class SchedulerCore(JobStops):
         self.compact_bytes = settings.compact_bytes
         self.journal_damage: list[str] = []
         """Damaged spots the journal had when this scheduler started (each a sentence)."""
-        self.jobs: dict[str, JobRecord] = {}
+        self.table = JobTable()
+        """Every job and batch (read it freely; it changes only through its methods)."""
         self.hosts = HostPool(
-            host_factory, self, apply=self._apply, lost=self._host_died, spawn=self._spawn_task
+            host_factory, self, apply=self.apply_event, lost=self._host_died, spawn=self._spawn
         )
-        self._reserved_ids: dict[str, str] = {}
-        """Job ids handed out by :meth:`reserve_ids` but not yet submitted, to their batch id."""
-        self._specs: dict[str, CloneSpec] = {}
-        self._queues: dict[str, deque[str]] = {}
-        self._batch_cap: dict[str, int | None] = {}
-        self._batch_running: dict[str, int] = {}
-        self._batches: dict[str, list[str]] = {}
-        self._batch_meta: dict[str, BatchSubmission] = {}
-        self._children: dict[str, list[str]] = {}
-        self._checkpoints: dict[str, Any] = {}
-        """Each running job's latest checkpoint as its host shipped it, packed (``state_of``
-        unpacks it); a restarted clone resumes from it."""
-        self._running = 0
-        self._queued = 0
-        """Jobs waiting in the queues (``reserved``, with a spec): kept, not counted per call."""
-        self.usage = UsageBook(self.jobs)
-        self._order = JobOrder()
-        self._stop_reasons: dict[str, StopReason] = {}
-        self._pump_held = False
-        self._log = EventLog(
-            self.jobs,
+        self.usage = UsageBook(self.table.jobs)
+        self.event_log = EventLog(
+            self.table.jobs,
             max_events=settings.max_events,
             spill=self.durable.events,
             unspill=self.durable.read_events,
         )
         self._ended = Pulse()
         """Fired once per batch of job endings (not per event)."""
+        self._pump_held = False
+        """While set, ending jobs starts no queued ones (see :meth:`paused`)."""
         self._tasks: set[asyncio.Task[None]] = set()
-        self.mail = Mailroom(self, self._spawn_task)
+        self.mail = Mailroom(self.table, self.hosts, self.event_log.record, self._spawn)
+        self.stops = JobStops(
+            self.table,
+            self.hosts,
+            self.usage,
+            end=self._end,
+            crash=self.crash_job,
+            paused=self.paused,
+            spawn=self._spawn,
+            record=self.event_log.record,
+        )
+        self._queries = JobQueries(
+            self.table, self.usage, self.event_log, self._ended, self.durable, self.capacity
+        )
+
+    @property
+    def jobs(self) -> Mapping[str, JobRecord]:
+        """Every job's record, by id (the table's, read-only)."""
+        return self.table.jobs
+
+    @property
+    def tasks(self) -> frozenset[asyncio.Task[None]]:
+        """The background tasks running now (host starts, drain loops, cancels)."""
+        return frozenset(self._tasks)
 
     # -- ids and submission --------------------------------------------------------------
     def reserve_ids(self, count: int) -> tuple[str, list[str]]:
         """Allocate a batch id and ``count`` unique job ids for rendering."""
-        batch_id = new_batch_id()
-        while batch_id in self._batches:
-            batch_id = new_batch_id()
-        ids: list[str] = []
-        while len(ids) < count:
-            job_id = new_job_id()
-            if job_id not in self.jobs and job_id not in self._reserved_ids:
-                self._reserved_ids[job_id] = batch_id
-                ids.append(job_id)
-        return batch_id, ids
+        return self.table.reserve_ids(count)
 
     async def submit(self, sub: BatchSubmission, blob: bytes | None = None) -> api.Submitted:
         """Record every job of the batch as ``reserved``, assign hosts and start what the caps allow.
@@ -132,98 +131,56 @@ class SchedulerCore(JobStops):
             IdCollision: the batch id or a job id is already in use.
             JournalError: the journal could not be written (nothing starts).
         """
-        self._check_ids(sub)
-        self._add_batch(sub)
-        for spec in sub.specs:
-            self._add_job(spec)
+        self.table.check_ids(sub)
+        rows = self.table.add_batch(sub)
+        self.usage.add_batch(sub.batch_id, sub.config, sub.budget_tokens, sub.budget_usd)
+        for rec in rows:
+            self.event_log.record(rec.job_id, {"type": str(EventType.QUEUED), "ts": time.time()})
         try:
-            rows = [self.jobs[s.job_id] for s in sub.specs]
             self.durable.batch(sub.batch_id, rows, sub, blob, budget=budget_record(sub))
             await self.durable.commit()
         except BaseException:
-            self._drop_batch(sub.batch_id)
+            self.forget_batch(sub.batch_id)  # never accepted
             raise
         if self.usage.stopped_above(sub.specs[0].parent):  # spawned as its budget was passed
-            self._mark([s.job_id for s in sub.specs], StopReason.BUDGET)
-        self._queue_batch(sub.batch_id, sub.clones_per_actor)
+            self.stops.mark([s.job_id for s in sub.specs], StopReason.BUDGET)
+        self.queue_batch(sub.batch_id)
         self._pump()
         return {"batch_id": sub.batch_id, "job_ids": [s.job_id for s in sub.specs]}
 
-    def _add_batch(self, sub: BatchSubmission) -> None:
-        self._batches[sub.batch_id] = [s.job_id for s in sub.specs]
-        self._batch_meta[sub.batch_id] = replace(sub, specs=())
-        self._batch_cap[sub.batch_id] = sub.max_concurrency
-        self._batch_running[sub.batch_id] = 0
-        self.usage.add_batch(sub.batch_id, sub.config, sub.budget_tokens, sub.budget_usd)
-
-    def _drop_batch(self, batch_id: str) -> None:
-        """Forget a batch that was never accepted (its record could not be written)."""
-        ids = self._batches.pop(batch_id, [])
-        for job_id in ids:
-            rec = self.jobs.pop(job_id, None)
-            self._specs.pop(job_id, None)
-            if rec is not None and rec.parent in self._children:
-                self._children[rec.parent].remove(job_id)
-        for table in (self._batch_meta, self._batch_cap, self._batch_running, self._queues):
-            table.pop(batch_id, None)
-        self.usage.drop_batch(batch_id)
-        self._order.forget(len(ids), self.jobs)
-        self._queued -= len(ids)  # none of them had started
-
-    def _queue_batch(self, batch_id: str, clones_per_actor: int | None) -> None:
+    def queue_batch(self, batch_id: str) -> None:
         """Bind the batch's waiting jobs to hosts, then queue them for the pump.
 
         A batch's jobs join the pump's queues only here, with their hosts: between adding its
         jobs and this, a submit awaits its journal record, and other batches' pumps run.
         """
-        ids = [
-            j
-            for j in self._batches.get(batch_id, ())
-            if self.jobs[j].state is JobState.RESERVED and j in self._specs
-        ]
+        ids = self.table.waiting_in(batch_id)
         if not ids:
             return
-        per = clones_per_actor or choose_clones_per_actor(len(ids), self.cpus, self.nodes)
+        meta = self._meta(batch_id)
+        per = meta.clones_per_actor or choose_clones_per_actor(len(ids), self.cpus, self.nodes)
         for start in range(0, len(ids), per):
             self._bind(self.hosts.acquire(), ids[start : start + per])
-        self._queues[batch_id] = deque(ids)
+        self.table.enqueue(batch_id, ids)
 
-    def _check_ids(self, sub: BatchSubmission) -> None:
-        if not sub.specs:
-            raise UsageError("a batch needs at least one clone")
-        if sub.batch_id in self._batches:
-            raise IdCollision(sub.batch_id)
-        seen: set[str] = set()
-        for spec in sub.specs:
-            taken = spec.job_id in self.jobs or spec.job_id in seen
-            if taken or self._reserved_ids.get(spec.job_id, sub.batch_id) != sub.batch_id:
-                raise IdCollision(spec.job_id)
-            seen.add(spec.job_id)
+    def forget_batch(self, batch_id: str) -> list[str]:
+        """Drop a batch from the table, the host map and the usage ledger (never accepted, or
+        evicted); returns its job ids."""
+        ids = self.table.forget_batch(batch_id)
+        self.hosts.forget(ids)
+        self.usage.drop_batch(batch_id)
+        return ids
 
-    def _add_job(self, spec: CloneSpec) -> None:
-        self._reserved_ids.pop(spec.job_id, None)
-        self.jobs[spec.job_id] = JobRecord(
-            job_id=spec.job_id,
-            batch_id=spec.batch_id,
-            agent=spec.agent,
-            clone_index=spec.clone_index,
-            clone_count=spec.clone_count,
-            parent=spec.parent,
-            depth=spec.depth,
-            model=spec.candidates[spec.start % len(spec.candidates)] if spec.candidates else None,
-            warnings=list(spec.warnings),
-        )
-        self._specs[spec.job_id] = spec
-        self._queued += 1
-        self._order.add(spec.job_id)
-        if spec.parent:
-            self._children.setdefault(spec.parent, []).append(spec.job_id)
-        self._log.record(spec.job_id, {"type": str(EventType.QUEUED), "ts": time.time()})
+    def _meta(self, batch_id: str) -> BatchSubmission:
+        batch = self.table.batch(batch_id)
+        if batch is None or batch.meta is None:
+            raise KeyError(f"batch {batch_id} has no submission to run")
+        return batch.meta
 
     def _bind(self, host: HostCalls, job_ids: Sequence[str]) -> None:
         self.hosts.bind(host, job_ids)
         for job_id in job_ids:
-            self.jobs[job_id].host_id = host.host_id
+            self.table.jobs[job_id].host_id = host.host_id
 
     def warm(self, count: int) -> None:
         """Start ``count`` idle hosts now, so the next batches skip process start-up."""
@@ -234,46 +191,32 @@ class SchedulerCore(JobStops):
         return await self.hosts.warm_ready()
 
     # -- the pool ------------------------------------------------------------------------
-    def _slots_free(self) -> bool:
-        return self.max_concurrency is None or self._running < self.max_concurrency
-
-    def _next_queued(self, batch_id: str, queue: deque[str]) -> str | None:
-        """Take the batch's next queued job if a slot and the batch's cap allow (or ``None``)."""
-        cap = self._batch_cap[batch_id]
-        if not queue or not self._slots_free():
-            return None
-        if cap is not None and self._batch_running[batch_id] >= cap:
-            return None
-        return queue.popleft()
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """While inside, no queued job starts (a slot an ending job frees stays free); on
+        leaving, the pump runs once (unless an outer pause still holds it)."""
+        held, self._pump_held = self._pump_held, True
+        try:
+            yield
+        finally:
+            self._pump_held = held
+        if not held:
+            self._pump()
 
     def _pump(self) -> None:
         """Start queued jobs while slots are free (round-robin over batches)."""
         if self._pump_held:
             return
         starts: dict[tuple[str, str], tuple[HostCalls, str, list[CloneSpec]]] = {}
-        progressed = True
-        while progressed and self._slots_free():
-            progressed = False
-            for batch_id, queue in self._queues.items():
-                job_id = self._next_queued(batch_id, queue)
-                if job_id is None:
-                    continue
-                progressed = True  # a job taken off the queue, even one that already ended
-                if self.jobs[job_id].state is not JobState.RESERVED:
-                    continue
-                self.jobs[job_id].move(JobState.RUNNING)
-                self.durable.running(self.jobs[job_id])
-                self._running += 1
-                self._queued -= 1
-                self._batch_running[batch_id] += 1
-                host = self.hosts.host_of(job_id)
-                assert host is not None, f"job {job_id} has no host"
-                start = starts.setdefault((host.host_id, batch_id), (host, batch_id, []))
-                start[2].append(self._specs[job_id])
-        for batch_id in [b for b, q in self._queues.items() if not q]:
-            del self._queues[batch_id]  # a batch never queues again once its queue is empty
+        for batch_id, job_id in self.table.take_queued(self.max_concurrency):
+            self.durable.running(self.table.jobs[job_id])
+            host, spec = self.hosts.host_of(job_id), self.table.spec_of(job_id)
+            assert host is not None, f"job {job_id} has no host"
+            assert spec is not None, f"job {job_id} has no spec"
+            start = starts.setdefault((host.host_id, batch_id), (host, batch_id, []))
+            start[2].append(spec)
         for host, batch_id, specs in starts.values():
-            self._spawn_task(self._start_on(host, specs, self._batch_meta[batch_id]))
+            self._spawn(self._start_on(host, specs, self._meta(batch_id)))
 
     async def _start_on(
         self, host: HostCalls, specs: list[CloneSpec], meta: BatchSubmission, tries: int = 3
@@ -284,12 +227,11 @@ class SchedulerCore(JobStops):
         Only jobs the host accepted count as started there: should it die, those are restarted
         from their checkpoints (:meth:`_host_lost`), and jobs it never accepted simply move on.
         """
-        specs = [s for s in specs if not self.jobs[s.job_id].is_terminal]
+        specs = [s for s in specs if not self.table.jobs[s.job_id].is_terminal]
         if not specs:
             return
-        resume = {
-            s.job_id: self._checkpoints[s.job_id] for s in specs if s.job_id in self._checkpoints
-        }
+        checkpoints = self.table.checkpoints
+        resume = {s.job_id: checkpoints[s.job_id] for s in specs if s.job_id in checkpoints}
         try:
             # Placement first: once started, a quick host may finish and be gone.
             node = await node_of(host)
@@ -303,7 +245,7 @@ class SchedulerCore(JobStops):
             self._host_lost(host, ids, f"clone host {host.host_id} died as its clones started")
             return
         for spec in specs:
-            self.jobs[spec.job_id].node = node
+            self.table.jobs[spec.job_id].node = node
         self.mail.started(host, ids, resume)
 
     def _start_failed(
@@ -317,13 +259,13 @@ class SchedulerCore(JobStops):
         """A host could not start clones: it is gone, and everything bound to it moves now."""
         self.hosts.mark_dead(host)
         self._move_waiting(host)
-        ids = [s.job_id for s in specs if not self.jobs[s.job_id].is_terminal]
+        ids = [s.job_id for s in specs if not self.table.jobs[s.job_id].is_terminal]
         if tries > 1 and ids:
             # E.g. a warm host that died while idle: its new clones go to another host.
             by_id = {s.job_id: s for s in specs}
             for move in self._move(host, meta.batch_id, ids):
                 again = [by_id[j] for j in move.job_ids]
-                self._spawn_task(self._start_on(move.host, again, meta, tries - int(move.new)))
+                self._spawn(self._start_on(move.host, again, meta, tries - int(move.new)))
             return
         if ids:
             # Hosts keep dying under these jobs: each counts a restart, up to its limit.
@@ -340,14 +282,14 @@ class SchedulerCore(JobStops):
         go to new hosts, so the batch keeps its planned spread (piling a dead host's clones onto
         the survivors would double their load and put more clones in the way of the next death).
         """
-        meta = self._batch_meta[batch_id]
-        planned = len(self._batches.get(batch_id, ())) or len(ids)
+        meta = self._meta(batch_id)
+        planned = len(self.table.batch_job_ids.get(batch_id, ())) or len(ids)
         per = meta.clones_per_actor or choose_clones_per_actor(planned, self.cpus, self.nodes)
         capped = meta.max_concurrency is not None or self.max_concurrency is not None
         moves = self.hosts.move(dead, ids, per, None if capped else per)
         for move in moves:
             for job_id in move.job_ids:
-                self.jobs[job_id].host_id = move.host.host_id
+                self.table.jobs[job_id].host_id = move.host.host_id
         return moves
 
     def _move_waiting(self, dead: HostCalls) -> None:
@@ -355,14 +297,10 @@ class SchedulerCore(JobStops):
         otherwise find the host dead only when it got a slot, and move alone."""
         by_batch: dict[str, list[str]] = {}
         for job_id in self.hosts.bound_to(dead):
-            if self._is_waiting(job_id):
-                by_batch.setdefault(self.jobs[job_id].batch_id, []).append(job_id)
+            if self.table.is_waiting(job_id):
+                by_batch.setdefault(self.table.jobs[job_id].batch_id, []).append(job_id)
         for batch_id, ids in by_batch.items():
             self._move(dead, batch_id, ids)
-
-    def _is_waiting(self, job_id: str) -> bool:
-        rec = self.jobs.get(job_id)
-        return rec is not None and rec.state is JobState.RESERVED and job_id in self._specs
 
     def _host_died(self, host: HostCalls, started: list[str], detail: str) -> None:
         """A host's drain loop found it dead: its queued jobs move to live hosts, its started
@@ -377,45 +315,40 @@ class SchedulerCore(JobStops):
         then it fails."""
         by_batch: dict[str, list[str]] = {}
         for job_id in job_ids:
-            rec = self.jobs[job_id]
+            rec = self.table.jobs[job_id]
             if rec.is_terminal or self.hosts.host_of(job_id) is not host:
                 continue  # ended, or already moved (its start and the drain loop both saw it)
-            if job_id in self._stop_reasons:  # asked to stop: it does not start again
-                self._end(rec, JobState.CANCELLED, self._stop_reasons[job_id])
+            reason = self.stops.reason_of(job_id)
+            if reason is not None:  # asked to stop: it does not start again
+                self._end(rec, JobState.CANCELLED, reason)
                 continue
-            limit = self._batch_meta[rec.batch_id].config.limits.max_restarts
-            if rec.restarts >= limit or job_id not in self._specs:
+            limit = self._meta(rec.batch_id).config.limits.max_restarts
+            if rec.restarts >= limit or self.table.spec_of(job_id) is None:
                 tried = f"; restarted {rec.restarts} time(s), limits.max_restarts is {limit}"
-                self._crash(job_id, detail + tried)
+                self.crash_job(job_id, detail + tried)
             else:
                 by_batch.setdefault(rec.batch_id, []).append(job_id)
         for batch_id, ids in by_batch.items():
             for move in self._move(host, batch_id, ids):
                 for job_id in move.job_ids:
-                    self._restarted(self.jobs[job_id], host, detail)
-                specs = [self._specs[j] for j in move.job_ids]
-                self._spawn_task(self._start_on(move.host, specs, self._batch_meta[batch_id]))
+                    self._restarted(self.table.jobs[job_id], host, detail)
+                specs = [self.table.spec_of(j) for j in move.job_ids]
+                ready = [s for s in specs if s is not None]
+                self._spawn(self._start_on(move.host, ready, self._meta(batch_id)))
 
     def _restarted(self, rec: JobRecord, dead: HostCalls, detail: str) -> None:
         rec.restarts += 1
         rec.node = None
         self.durable.restarted(rec)
-        turn = int((state_of(self._checkpoints.get(rec.job_id)) or {}).get("turns", 0) or 0)
+        turn = int((state_of(self.table.checkpoint_of(rec.job_id)) or {}).get("turns", 0) or 0)
         event = {"type": str(EventType.RESTARTED), "ts": time.time(), "attempt": rec.restarts}
         event.update(from_host=dead.host_id, resumed_turn=turn, detail=detail[:500])
-        self._log.record(rec.job_id, event)
-
-    def _release(self, rec: JobRecord, was_running: bool) -> None:
-        if was_running:
-            self._running -= 1
-            self._batch_running[rec.batch_id] -= 1
-        self._specs.pop(rec.job_id, None)
-        self._pump()
+        self.event_log.record(rec.job_id, event)
 
     # -- events from hosts ---------------------------------------------------------------
-    def _apply(self, job_id: str, event: dict[str, Any]) -> None:
+    def apply_event(self, job_id: str, event: dict[str, Any]) -> None:
         """Count one event of a host's clone into its job and log it."""
-        rec = self.jobs.get(job_id)
+        rec = self.table.jobs.get(job_id)
         if rec is None or rec.is_terminal:
             return
         kind = event["type"]
@@ -427,7 +360,7 @@ class SchedulerCore(JobStops):
         elif kind == EventType.CHECKPOINT:
             state = event.get("state")
             if isinstance(state, dict | bytes):
-                self._checkpoints[job_id] = state
+                self.table.set_checkpoint(job_id, state)
                 self.durable.checkpoint(job_id, state)
             return
         if kind == EventType.RESULT:
@@ -436,9 +369,9 @@ class SchedulerCore(JobStops):
             rec.turns = event.get("turn", rec.turns)
             rec.model = event.get("model") or rec.model
             passed = self.usage.count(rec, event)  # job, batch and fleet totals; budgets
-            self._log.record(job_id, event)
+            self.event_log.record(job_id, event)
             if passed:
-                self._budget_passed(rec, passed)
+                self.stops.budget_passed(rec, passed)
             return
         if kind == EventType.PROGRESS:
             rec.progress = event.get("progress")
@@ -450,20 +383,17 @@ class SchedulerCore(JobStops):
             rec.detail = event.get("detail")
         elif kind == EventType.STARTED:
             rec.model = event.get("model") or rec.model
-        self._log.record(job_id, event)
+        self.event_log.record(job_id, event)
 
     def _finish(self, rec: JobRecord, result: dict[str, Any]) -> None:
-        was_running = rec.state is JobState.RUNNING
-        if rec.state is JobState.RESERVED and rec.job_id in self._specs:
-            self._queued -= 1  # it ends while it waited
+        self.table.ending(rec)  # its slot or queue place, spec and checkpoint
         passed = self.usage.settle(rec, result.get("usage"))
-        reason = self._stop_reasons.pop(rec.job_id, None)
+        reason = self.stops.take_reason(rec.job_id)
         if reason is not None and result.get("status") == JobState.CANCELLED:
             # Cancelled by the scheduler (a budget stop): the run ends with that reason.
             result = {**result, "stop_reason": str(reason), "error": stop_error(reason)}
         rec.finish(result)
         self.durable.ended(rec, self.usage.recorded(rec.batch_id))
-        self._checkpoints.pop(rec.job_id, None)
         self.mail.ended(rec.job_id)
         self.hosts.ended(rec.job_id)
         self._ended.fire()
@@ -479,10 +409,10 @@ class SchedulerCore(JobStops):
             ),
             "record": rec.run_record(),
         }
-        self._log.record(rec.job_id, event)
-        self._release(rec, was_running)
+        self.event_log.record(rec.job_id, event)
+        self._pump()
         if passed:
-            self._budget_passed(rec, passed)
+            self.stops.budget_passed(rec, passed)
 
     def _end(self, rec: JobRecord, state: JobState, reason: StopReason, detail: str = "") -> None:
         """End a job whose clone cannot report its own end (cancelled while queued, or its host
@@ -497,9 +427,9 @@ class SchedulerCore(JobStops):
         )
         self._finish(rec, record)
 
-    def _crash(self, job_id: str, detail: str) -> None:
-        """End a job whose host died or could not start it."""
-        rec = self.jobs[job_id]
+    def crash_job(self, job_id: str, detail: str) -> None:
+        """End a job whose host died or could not start it (or that cannot run again)."""
+        rec = self.table.jobs[job_id]
         if rec.is_terminal:
             return
         rec.detail = detail
@@ -509,10 +439,10 @@ class SchedulerCore(JobStops):
             "stop_reason": str(StopReason.ABNORMAL),
             "detail": detail,
         }
-        self._log.record(job_id, event)
+        self.event_log.record(job_id, event)
         self._end(rec, JobState.FAILED, StopReason.ABNORMAL, detail)
 
-    def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -521,18 +451,46 @@ class SchedulerCore(JobStops):
     async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> api.Submitted:
         """Start a batch on behalf of a running clone (the ``subagent`` tool); see
         :func:`~clonefleet.scheduler._nested.spawn_nested`."""
-        return await spawn_nested(self, request, parent_job_id)
+        return await spawn_nested(self.table, self.hosts, self.submit, request, parent_job_id)
+
+    async def job_status(self, job_id: str) -> api.JobStatus:
+        return await self._queries.job_status(job_id)
+
+    async def job_result(self, job_id: str) -> api.RunRecord:
+        return await self._queries.job_result(job_id)
 
     async def job_cancel(self, job_id: str) -> api.JobStatus:
-        rec = self._get(job_id)
-        await self.cancel_many([job_id])
+        rec = self.table.get(job_id)
+        await self.stops.cancel_many([job_id])
         return rec.status()
+
+    async def cancel_many(self, ids: Sequence[str]) -> int:
+        return await self.stops.cancel_many(ids)
+
+    async def job_block(
+        self, job_ids: Sequence[str], wait_seconds: Seconds = None, timeout_seconds: Seconds = None
+    ) -> api.BlockResult:
+        return await self._queries.job_block(job_ids, wait_seconds, timeout_seconds)
+
+    async def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
+        return await self._queries.remaining(ids, wait_seconds)
+
+    async def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
+        return await self._queries.list_jobs(**filters)
+
+    async def expand(self, ids: Sequence[str]) -> list[str]:
+        return await self._queries.expand(ids)
+
+    async def events(
+        self, target: api.Target = None, **query: Unpack[api.EventQuery]
+    ) -> api.EventPage:
+        return await self._queries.events(target, **query)
 
     def capacity(self) -> api.Capacity:
         return {
-            "running": self._running,
+            "running": self.table.running,
             "max_concurrency": self.max_concurrency,
-            "queued": self._queued,
+            "queued": self.table.queued,
         }
 
     async def aclose(self) -> None:

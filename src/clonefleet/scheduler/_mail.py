@@ -13,15 +13,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from clonefleet.clone import state_of
 from clonefleet.errors import ClonefleetError, ClusterError, UnknownJobError, UsageError
+from clonefleet.host import HostCalls
+from clonefleet.scheduler._hosts import HostPool
+from clonefleet.scheduler._table import JobTable
 from clonefleet.vocab import EventType
-
-if TYPE_CHECKING:
-    from clonefleet.host import HostCalls
-    from clonefleet.scheduler._core import SchedulerCore
 
 __all__ = ["InboxLink", "Mailroom", "check_message"]
 
@@ -46,7 +45,7 @@ class InboxLink(Protocol):
 
 
 def check_message(
-    core: SchedulerCore,
+    table: JobTable,
     job_id: str,
     text: str,
     refs: Sequence[str],
@@ -60,14 +59,14 @@ def check_message(
         UnknownJobError: no such job.
         UsageError: the job has ended, or a reference is refused (nothing is queued).
     """
-    rec = core.jobs.get(job_id)
+    rec = table.jobs.get(job_id)
     if rec is None:
         raise UnknownJobError(job_id)
     if rec.is_terminal:
         raise UsageError(f"job {job_id} has already ended ({rec.state}); it takes no messages")
-    if sender is not None and not _descends(core, job_id, sender):
+    if sender is not None and not _descends(table, job_id, sender):
         raise UsageError(f"job {job_id} is not a subagent of {sender}; a clone messages its own")
-    spec = core._specs.get(job_id)
+    spec = table.spec_of(job_id)
     allowed = {name for name, _, _ in spec.available_skills} if spec is not None else set()
     for name in refs:
         if name not in allowed:
@@ -78,14 +77,14 @@ def check_message(
             )
 
 
-def _descends(core: SchedulerCore, job_id: str, ancestor: str) -> bool:
-    rec = core.jobs.get(job_id)
+def _descends(table: JobTable, job_id: str, ancestor: str) -> bool:
+    rec = table.jobs.get(job_id)
     for _ in range(64):  # nesting is bounded by limits.max_depth; so is this walk
         if rec is None or rec.parent is None:
             return False
         if rec.parent == ancestor:
             return True
-        rec = core.jobs.get(rec.parent)
+        rec = table.jobs.get(rec.parent)
     return False
 
 
@@ -93,14 +92,20 @@ class Mailroom:
     """Routing state of one scheduler.
 
     Args:
-        core: the scheduler core (its job table, hosts and event log).
+        table: the job table.
+        hosts: the host pool (where each job runs, and whether it started there).
+        record: logs one event of a job.
         spawn: runs a coroutine as a background task of the scheduler.
     """
 
     def __init__(
-        self, core: SchedulerCore, spawn: Callable[[Coroutine[Any, Any, None]], None]
+        self,
+        table: JobTable,
+        hosts: HostPool,
+        record: Callable[[str, dict[str, Any]], None],
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
     ) -> None:
-        self._core, self._spawn = core, spawn
+        self._table, self._hosts, self._record, self._spawn = table, hosts, record, spawn
         self.link: InboxLink | None = None
         self._waiting: dict[str, list[dict[str, Any]]] = {}
         """Deliveries of jobs whose host has not accepted them yet."""
@@ -115,20 +120,20 @@ class Mailroom:
     async def route(self, items: Sequence[Mapping[str, Any]]) -> list[str]:
         """Send deliveries to their clones; returns the job ids that have already ended (the
         inbox marks their deliveries undelivered)."""
-        core, ended = self._core, []
+        ended: list[str] = []
         per_host: dict[str, tuple[HostCalls, list[dict[str, Any]]]] = {}
         for raw in items:
             item = {"delivery_id": str(raw["delivery_id"]), "job_id": str(raw["job_id"])}
             item["text"] = str(raw["text"])
             job_id = item["job_id"]
-            rec = core.jobs.get(job_id)
+            rec = self._table.jobs.get(job_id)
             if rec is not None:
                 self._note(job_id, item["delivery_id"], "queued")  # even if it ended just now
             if rec is None or rec.is_terminal:
                 ended.append(job_id)
                 continue
-            host = core.hosts.host_of(job_id)
-            if host is not None and core.hosts.has_started(host, job_id):
+            host = self._hosts.host_of(job_id)
+            if host is not None and self._hosts.has_started(host, job_id):
                 per_host.setdefault(host.host_id, (host, []))[1].append(item)
             else:
                 self._waiting.setdefault(job_id, []).append(item)
@@ -151,7 +156,7 @@ class Mailroom:
         if before == state or before in ("delivered", "undelivered"):
             return
         known[delivery_id] = state
-        rec = self._core.jobs.get(job_id)
+        rec = self._table.jobs.get(job_id)
         if rec is None:
             return
         if before is not None:
@@ -160,7 +165,7 @@ class Mailroom:
         kind = {"queued": EventType.MESSAGE_QUEUED, "undelivered": EventType.MESSAGE_UNDELIVERED}
         if state in kind:
             event = {"type": str(kind[state]), "ts": time.time(), "delivery_id": delivery_id}
-            self._core._log.record(job_id, event)
+            self._record(job_id, event)
 
     def note_undelivered(self, job_id: str, delivery_id: str) -> None:
         """The inbox marked a delivery undelivered (its job ended before taking it)."""

@@ -1,22 +1,23 @@
 """Reading the job table: status, results, waiting, listings and events.
 
-:class:`JobQueries` is the read side of :class:`~clonefleet.scheduler.SchedulerCore` (its base
-class): nothing here changes a job.
+:class:`JobQueries` is the read side of :class:`~clonefleet.scheduler.SchedulerCore`, which
+answers these calls through it: nothing here changes a job.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Unpack
 
 from clonefleet import control as api
 from clonefleet.control import Seconds
-from clonefleet.errors import JournalError, UnknownJobError, UsageError
+from clonefleet.errors import JournalError, UsageError
 from clonefleet.scheduler._durable import Durable
 from clonefleet.scheduler._events import PAGE_LIMIT, EventLog, Pulse
-from clonefleet.scheduler._listing import JobOrder, check_limit, page_jobs
+from clonefleet.scheduler._listing import check_limit
 from clonefleet.scheduler._state import TERMINAL, JobRecord
+from clonefleet.scheduler._table import JobTable
 from clonefleet.scheduler._usage import UsageBook
 
 __all__ = ["LONGEST_WAIT_S", "JobQueries"]
@@ -26,57 +27,51 @@ LONGEST_WAIT_S = 3600.0
 
 
 class JobQueries:
-    """The read-only half of job control over a job table."""
+    """The read-only half of job control over a job table.
 
-    jobs: dict[str, JobRecord]
-    _batches: dict[str, list[str]]
-    _children: dict[str, list[str]]
-    _order: JobOrder
-    usage: UsageBook
-    _log: EventLog
-    _ended: Pulse
-    durable: Durable
+    Args:
+        table: the job table.
+        usage: the usage ledger (for the totals of a listing).
+        log: the event log.
+        ended: fired once per batch of job endings.
+        durable: the journal (what a caller learns has ended is on disk first).
+        capacity: the pool's running and queued counts, as :meth:`JobControl.capacity` says them.
+    """
 
-    def capacity(self) -> api.Capacity:
-        raise NotImplementedError
-
-    def _get(self, job_id: str) -> JobRecord:
-        rec = self.jobs.get(job_id)
-        if rec is None:
-            raise UnknownJobError(job_id)
-        return rec
-
-    def _expand(self, ids: Sequence[str]) -> list[str]:
-        out: list[str] = []
-        for ident in ids:
-            if ident in self._batches:
-                out.extend(self._batches[ident])
-            else:
-                out.append(self._get(ident).job_id)
-        return out
+    def __init__(
+        self,
+        table: JobTable,
+        usage: UsageBook,
+        log: EventLog,
+        ended: Pulse,
+        durable: Durable,
+        capacity: Callable[[], api.Capacity],
+    ) -> None:
+        self._table, self._usage, self._log = table, usage, log
+        self._ended, self._durable, self._capacity = ended, durable, capacity
 
     async def job_status(self, job_id: str) -> api.JobStatus:
-        return self._get(job_id).status()
+        return self._table.get(job_id).status()
 
     async def job_result(self, job_id: str) -> api.RunRecord:
-        rec = self._get(job_id)
+        rec = self._table.get(job_id)
         if not rec.is_terminal:
             raise UsageError(
                 f"job {job_id} is still {rec.state}; wait for it (`job_block`) or poll `job_status`"
             )
-        await self.durable.commit()  # a result is read only once it is on disk: recorded once
+        await self._durable.commit()  # a result is read only once it is on disk: recorded once
         return rec.run_record()
 
     async def job_block(
         self, job_ids: Sequence[str], wait_seconds: Seconds = None, timeout_seconds: Seconds = None
     ) -> api.BlockResult:
-        ids = self._expand(job_ids)
+        ids = self._table.expand(job_ids)
         limits = [x for x in (wait_seconds, timeout_seconds) if x is not None]
         await self._until_terminal(ids, min(limits, default=LONGEST_WAIT_S))
-        statuses = [self.jobs[j].status() for j in ids]
+        statuses = [self._table.jobs[j].status() for j in ids]
         done = all(s["status"] in TERMINAL for s in statuses)
         if done:
-            await self.durable.commit()  # what the caller learns has ended stays ended
+            await self._durable.commit()  # what the caller learns has ended stays ended
         return {"done": done, "jobs": statuses}
 
     async def _until_terminal(self, ids: Sequence[str], limit_s: float) -> list[str]:
@@ -89,7 +84,7 @@ class JobQueries:
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit_s
-        pending = [j for j in ids if not self.jobs[j].is_terminal]
+        pending = [j for j in ids if not self._table.jobs[j].is_terminal]
         at = 0
         while at < len(pending):
             left = deadline - loop.time()
@@ -102,7 +97,7 @@ class JobQueries:
     def _first_pending(self, pending: list[str], at: int) -> int:
         """The index of the first job of ``pending`` from ``at`` on that has not ended (one no
         longer in the table, evicted meanwhile, has ended)."""
-        jobs, end = self.jobs, len(pending)
+        jobs, end = self._table.jobs, len(pending)
         while at < end:
             rec = jobs.get(pending[at])
             if rec is not None and not rec.is_terminal:
@@ -111,15 +106,13 @@ class JobQueries:
         return at
 
     async def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
-        return len(await self._until_terminal(self._expand(ids), wait_seconds))
+        return len(await self._until_terminal(self._table.expand(ids), wait_seconds))
 
     async def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
-        rows, next_cursor = page_jobs(
-            self.jobs, filters, order=self._order, batches=self._batches, children=self._children
-        )
+        rows, next_cursor = self._table.page(filters)
         return {
             "jobs": [r.status() for r in rows],
-            "capacity": self.capacity(),
+            "capacity": self._capacity(),
             "totals": self._totals(rows, filters.get("batch")),
             "next_cursor": next_cursor,
         }
@@ -127,26 +120,30 @@ class JobQueries:
     def _totals(self, rows: Sequence[JobRecord], batch: str | None = None) -> api.UsageTotals:
         """The fleet's usage totals, and those of ``batch`` or else of each batch in ``rows``."""
         wanted = [batch] if batch is not None else dict.fromkeys(r.batch_id for r in rows)
-        views = {b: self.usage.batch_view(b, len(self._batches.get(b, ()))) for b in wanted}
+        views = {b: self._usage.batch_view(b, self._jobs_in(b)) for b in wanted}
         return {
-            "fleet": self.usage.fleet().view(),
+            "fleet": self._usage.fleet().view(),
             "batches": {b: v for b, v in views.items() if v is not None},
         }
 
+    def _jobs_in(self, batch_id: str) -> int:
+        batch = self._table.batch(batch_id)
+        return len(batch.job_ids) if batch is not None else 0
+
     async def expand(self, ids: Sequence[str]) -> list[str]:
-        return self._expand(ids)
+        return self._table.expand(ids)
 
     async def events(
         self, target: api.Target = None, **query: Unpack[api.EventQuery]
     ) -> api.EventPage:
-        ids = set(self._expand([target])) if target else None
+        ids = set(self._table.expand([target])) if target else None
         cursor, level = query.get("cursor", 0), query.get("level", "lifecycle")
         limit = check_limit(query.get("limit"), PAGE_LIMIT) or PAGE_LIMIT
         while cursor < (base := self._log.base):
             # Spilled events are read back from the journal: every one of them on disk first
             # (a spill while this waited counts too), else the page would skip those in flight.
             try:
-                await self.durable.commit()
+                await self._durable.commit()
             except JournalError:
                 break  # a failing journal: read what it holds
             if self._log.base == base:

@@ -44,16 +44,17 @@ def restore(
     report = RestoreReport(finished=0, resumed=0, lost=0)
     core.journal_damage = list(table.damage)
     # Numbers the old log handed out live past what it spilled by at most its memory's size.
-    core._log.continue_at(table.events_next + core._log.max_events if table.events_next else 0)
-    core._pump_held = True  # nothing starts before every batch is back and bound to hosts
-    for batch_id, ids in table.batches.items():
-        _restore_batch(core, table, batch_id, ids, loads, report)
-    for batch_id in core.usage.respend(core._batches):
-        core._mark(core._batches[batch_id], StopReason.BUDGET)
-    core._pump_held = False
-    for batch_id, meta in list(core._batch_meta.items()):
-        core._queue_batch(batch_id, meta.clones_per_actor)
-    core._pump()
+    log = core.event_log
+    log.continue_at(table.events_next + log.max_events if table.events_next else 0)
+    with core.paused():  # nothing starts before every batch is back and bound to hosts
+        for batch_id, ids in table.batches.items():
+            _restore_batch(core, table, batch_id, ids, loads, report)
+        batch_jobs = core.table.batch_job_ids
+        for batch_id in core.usage.respend(batch_jobs):
+            core.stops.mark(batch_jobs[batch_id], StopReason.BUDGET)
+        for batch_id, batch in core.table.batches():
+            if batch.meta is not None:
+                core.queue_batch(batch_id)
     return report
 
 
@@ -66,12 +67,7 @@ def _restore_batch(
     report: RestoreReport,
 ) -> None:
     recs = [table.jobs[j] for j in ids if j in table.jobs]
-    core._batches[batch_id] = [r.job_id for r in recs]
-    for rec in recs:
-        core.jobs[rec.job_id] = rec
-        core._order.add(rec.job_id)
-        if rec.parent:
-            core._children.setdefault(rec.parent, []).append(rec.job_id)
+    core.table.load_batch(batch_id, recs)
     unfinished = [r for r in recs if not r.is_terminal]
     report["finished"] += len(recs) - len(unfinished)
     sub = _submission(table.blobs.get(batch_id), loads) if unfinished else None
@@ -116,15 +112,13 @@ def _requeue(
 ) -> int:
     """Queue a batch's unfinished jobs again; returns how many were (the rest are lost)."""
     specs = {s.job_id: s for s in sub.specs}
-    ids = core._batches[sub.batch_id]
-    core._add_batch(replace(sub, specs=()))
-    core._batches[sub.batch_id] = ids
+    core.table.set_meta(sub)
+    core.usage.add_batch(sub.batch_id, sub.config, sub.budget_tokens, sub.budget_usd)
     limit = sub.config.limits.max_restarts
     resumed = 0
     for rec in unfinished:
         spec = specs.get(rec.job_id)
         was_running = rec.state is JobState.RUNNING
-        rec.state, rec.host_id, rec.node = JobState.RESERVED, None, None
         if spec is None or (was_running and rec.restarts >= limit):
             why = (
                 "its spec is missing from the journal"
@@ -133,26 +127,24 @@ def _requeue(
             )
             _lose(core, rec, why)
             continue
-        core._specs[rec.job_id] = spec
-        core._queued += 1
         resumed += 1
         if not was_running:
+            core.table.requeue(rec, spec)
             continue  # it had not started: it simply starts now
+        core.table.requeue(rec, spec, checkpoints.get(rec.job_id))
         rec.restarts += 1
         core.durable.restarted(rec)
-        if rec.job_id in checkpoints:
-            core._checkpoints[rec.job_id] = checkpoints[rec.job_id]
         turn = int((state_of(checkpoints.get(rec.job_id)) or {}).get("turns", 0) or 0)
         rec.detail = f"resumed after the scheduler restarted (from turn {turn})"
         event = {"type": str(EventType.RESTARTED), "ts": time.time(), "attempt": rec.restarts}
         event.update(resumed_turn=turn, detail="the scheduler restarted; resumed from the journal")
-        core._log.record(rec.job_id, event)
+        core.event_log.record(rec.job_id, event)
     return resumed
 
 
 def _lose(core: SchedulerCore, rec: JobRecord, why: str) -> None:
-    rec.state = JobState.RESERVED  # not running here: ending it frees no slot
-    core._crash(rec.job_id, f"{CLUSTER_LOST}: {why}")
+    rec.state, rec.host_id, rec.node = JobState.RESERVED, None, None  # ending it frees no slot
+    core.crash_job(rec.job_id, f"{CLUSTER_LOST}: {why}")
 
 
 async def housekeeping(core: SchedulerCore, every_s: float = 5.0) -> None:
@@ -169,26 +161,18 @@ async def housekeeping(core: SchedulerCore, every_s: float = 5.0) -> None:
 def evict_expired(core: SchedulerCore, now: float) -> list[str]:
     """Drop finished batches whose last job ended more than ``retention_s`` ago."""
     gone = []
-    for batch_id, ids in list(core._batches.items()):
-        meta = core._batch_meta.get(batch_id)
+    for batch_id, batch in core.table.batches():
+        meta = batch.meta
         keep = meta.config.durability.retention_s if meta is not None else core.retention_s
         if keep is None:
             continue
-        recs = [core.jobs[j] for j in ids if j in core.jobs]
+        recs = [core.jobs[j] for j in batch.job_ids if j in core.jobs]
         if any(not r.is_terminal for r in recs):
             continue
         ended = max((r.ended_at or 0.0 for r in recs), default=0.0)
         if now - ended < keep:
             continue
-        for job_id in ids:
-            core.jobs.pop(job_id, None)
-            core._children.pop(job_id, None)
-        core.hosts.forget(ids)
-        del core._batches[batch_id]
-        for table in (core._batch_meta, core._batch_cap, core._batch_running):
-            table.pop(batch_id, None)
-        core.usage.drop_batch(batch_id)
-        core._order.forget(len(ids), core.jobs)
+        core.forget_batch(batch_id)
         core.durable.evicted(batch_id)
         gone.append(batch_id)
     return gone
@@ -199,18 +183,24 @@ async def compact_if_due(core: SchedulerCore) -> bool:
     journal = core.durable.journal
     if journal is None or journal.size_bytes() < core.compact_bytes:
         return False
-    table = Table(jobs=core.jobs, batches=core._batches, checkpoints=core._checkpoints)
+    live = core.table
+    table = Table(
+        jobs=dict(live.jobs),
+        batches={b: list(batch.job_ids) for b, batch in live.batches()},
+        checkpoints=dict(live.checkpoints),
+    )
     table.usage = dict(core.usage.batches)
     table.budgets = {b: budget.view() for b, budget in core.usage.budgets.items()}
     blobs: dict[str, bytes] = {}
-    for batch_id, ids in core._batches.items():
-        live = tuple(core._specs[j] for j in ids if j in core._specs)
-        meta = core._batch_meta.get(batch_id)
-        if live and meta is not None:
-            blob = core.durable.dumps_or_none(replace(meta, specs=live))
+    for batch_id, batch in live.batches():
+        specs = (live.spec_of(j) for j in batch.job_ids)
+        waiting = tuple(s for s in specs if s is not None)
+        if waiting and batch.meta is not None:
+            blob = core.durable.dumps_or_none(replace(batch.meta, specs=waiting))
             if blob is not None:
                 blobs[batch_id] = blob
     records = list(core.durable.snapshot(table, blobs))
-    records.append({"k": "events", "from": core._log.next_seq, "ev": []})  # numbering goes on
+    # Numbering goes on.
+    records.append({"k": "events", "from": core.event_log.next_seq, "ev": []})
     await journal.compact(records)
     return True

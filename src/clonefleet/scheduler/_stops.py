@@ -1,85 +1,106 @@
 """Stopping jobs on purpose: cancelling jobs with their descendants, and stopping a batch whose
 usage passed its budget.
 
-:class:`JobStops` is a base class of :class:`~clonefleet.scheduler.SchedulerCore` (and builds
-on its read side, ``_queries.py``): queued jobs
-end at once, running ones are cancelled in their hosts (one call per host) and end when their
-clones stop; the reason a job was stopped for (``cancelled`` or ``budget``) becomes its stop
-reason. How a job ends and the pool of slots stay in ``_core.py``.
+:class:`JobStops` is the part of :class:`~clonefleet.scheduler.SchedulerCore` that stops jobs
+(the core holds one and answers ``cancel_many`` through it): queued jobs end at once, running
+ones are cancelled in their hosts (one call per host) and end when their clones stop; the reason
+a job was stopped for (``cancelled`` or ``budget``) becomes its stop reason. How a job ends and
+the pool of slots stay in ``_core.py``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from clonefleet.errors import ClusterError
 from clonefleet.host import HostCalls
 from clonefleet.scheduler._hosts import HostPool
-from clonefleet.scheduler._queries import JobQueries
 from clonefleet.scheduler._state import JobRecord
+from clonefleet.scheduler._table import JobTable
+from clonefleet.scheduler._usage import UsageBook
 from clonefleet.vocab import EventType, JobState, StopReason
 
-__all__ = ["JobStops"]
+__all__ = ["JobStops", "PerHost"]
 
 PerHost = dict[str, tuple[HostCalls, list[str]]]
 """Running jobs to cancel, by host: ``host_id -> (host, job ids)``."""
 
 
-class JobStops(JobQueries):
-    """Cancelling jobs and budget stops over the core's job table."""
+End = Callable[[JobRecord, JobState, StopReason], None]
+"""Ends a job that will not report its own end, with a state and a stop reason."""
 
-    hosts: HostPool
-    _stop_reasons: dict[str, StopReason]
-    """Running jobs asked to stop, and why: a clone that then ends ``cancelled`` ends with this
-    reason, and one whose host dies meanwhile ends instead of starting again."""
-    _pump_held: bool
-    """While set, ending jobs starts no queued ones (see :meth:`_mark`)."""
 
-    def _end(self, rec: JobRecord, state: JobState, reason: StopReason, detail: str = "") -> None:
-        raise NotImplementedError
+class JobStops:
+    """Cancelling jobs and budget stops over the core's job table; keeps why each running job
+    was asked to stop.
 
-    def _crash(self, job_id: str, detail: str) -> None:
-        raise NotImplementedError
+    Args:
+        table: the job table.
+        hosts: the host pool (where each running job runs).
+        usage: the usage ledger (the budgets).
+        end: ends a queued job (the core's).
+        crash: ends a job whose host failed, with a detail (the core's).
+        paused: holds the core's pump while jobs are ended (see :meth:`mark`).
+        spawn: runs a coroutine as a background task of the scheduler.
+        record: logs one event of a job.
+    """
 
-    def _pump(self) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        table: JobTable,
+        hosts: HostPool,
+        usage: UsageBook,
+        *,
+        end: End,
+        crash: Callable[[str, str], None],
+        paused: Callable[[], AbstractContextManager[None]],
+        spawn: Callable[[Coroutine[Any, Any, None]], None],
+        record: Callable[[str, dict[str, Any]], None],
+    ) -> None:
+        self._table, self._hosts, self._usage = table, hosts, usage
+        self._end, self._crash, self._paused = end, crash, paused
+        self._spawn, self._record = spawn, record
+        self._reasons: dict[str, StopReason] = {}
+        """Running jobs asked to stop, and why: a clone that then ends ``cancelled`` ends with
+        this reason, and one whose host dies meanwhile ends instead of starting again."""
 
-    def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
-        raise NotImplementedError
+    def reason_of(self, job_id: str) -> StopReason | None:
+        """Why a running job was asked to stop (``None``: it was not)."""
+        return self._reasons.get(job_id)
+
+    def take_reason(self, job_id: str) -> StopReason | None:
+        """:meth:`reason_of` for a job that ends now (forgotten after)."""
+        return self._reasons.pop(job_id, None)
 
     async def cancel_many(self, ids: Sequence[str]) -> int:
         """Cancel with one call per host; queued jobs end ``cancelled`` at once."""
-        per_host = self._mark(self._expand(ids), StopReason.CANCELLED)
+        per_host = self.mark(self._table.expand(ids), StopReason.CANCELLED)
         await self._cancel_on_hosts(per_host)
         return sum(len(j) for _, j in per_host.values())
 
-    def _mark(self, ids: Sequence[str], reason: StopReason) -> PerHost:
+    def mark(self, ids: Sequence[str], reason: StopReason) -> PerHost:
         """End the queued ones of ``ids`` and their descendants now, with ``reason``, and note
         the running ones (returned by host) to cancel. No queued job starts meanwhile: a slot
         one of them frees must not start the next job of a batch being stopped."""
         todo, seen = list(ids), set()
         per_host: PerHost = {}
-        held, self._pump_held = self._pump_held, True
-        try:
+        with self._paused():
             while todo:
                 job_id = todo.pop()
                 if job_id in seen:
                     continue
                 seen.add(job_id)
-                todo.extend(self._children.get(job_id, []))
-                rec = self.jobs[job_id]
-                host = self.hosts.host_of(job_id)
+                todo.extend(self._table.children_of(job_id))
+                rec = self._table.jobs[job_id]
+                host = self._hosts.host_of(job_id)
                 if rec.state is JobState.RESERVED:
                     self._end(rec, JobState.CANCELLED, reason)
                 elif rec.state is JobState.RUNNING and host is not None:
                     per_host.setdefault(host.host_id, (host, []))[1].append(job_id)
-                    self._stop_reasons.setdefault(job_id, reason)
-        finally:
-            self._pump_held = held
-        if not held:
-            self._pump()
+                    self._reasons.setdefault(job_id, reason)
         return per_host
 
     async def _cancel_on_hosts(self, per_host: PerHost) -> None:
@@ -90,15 +111,15 @@ class JobStops(JobQueries):
                 for job_id in job_ids:
                     self._crash(job_id, str(exc))
 
-    def _budget_passed(self, rec: JobRecord, batch_ids: Sequence[str]) -> None:
+    def budget_passed(self, rec: JobRecord, batch_ids: Sequence[str]) -> None:
         """Stop each batch whose budget ``rec``'s usage just passed: its queued jobs (and their
         descendants) end ``cancelled``/``budget`` now, running ones are cancelled."""
         for batch_id in batch_ids:
-            budget = self.usage.budgets.get(batch_id)
+            budget = self._usage.budgets.get(batch_id)
             event = {"type": str(EventType.BUDGET), "ts": time.time(), "batch_id": batch_id}
             if budget is not None:
                 event.update(budget.view())
-            self._log.record(rec.job_id, event)
-            per_host = self._mark(self._batches.get(batch_id, []), StopReason.BUDGET)
+            self._record(rec.job_id, event)
+            per_host = self.mark(self._table.batch_job_ids.get(batch_id, ()), StopReason.BUDGET)
             if per_host:
-                self._spawn_task(self._cancel_on_hosts(per_host))
+                self._spawn(self._cancel_on_hosts(per_host))

@@ -3,8 +3,8 @@
 :class:`UsageBook` is the scheduler's ledger. The core hands it every ``usage`` event (one per
 model response of every clone, so each costs a few additions and one cached price lookup), and
 it answers which budgeted batches that response pushed past their budget; stopping them is the
-core's work. :func:`check_budget` refuses a bad budget when a batch is planned; :func:`restored`
-rebuilds the totals a journal tells. Nothing here knows about hosts or Ray.
+core's work. ``planning.check_batch_budget`` refuses a bad budget when a batch is planned;
+:func:`restored` rebuilds the totals a journal tells. Nothing here knows about hosts or Ray.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from clonefleet.config import Config, price_per_token
 from clonefleet.scheduler._state import JobRecord, known_cost
 
 __all__ = [
-    "Budget",
+    "BatchBudget",
     "Totals",
     "UsageBook",
     "budget_record",
@@ -107,7 +107,7 @@ class Totals:
 
 
 @dataclass(slots=True)
-class Budget:
+class BatchBudget:
     """A batch's budget and what it and its subagents (nested batches) spent against it."""
 
     tokens: int | None = None
@@ -134,7 +134,7 @@ class Budget:
         }
 
     @classmethod
-    def from_view(cls, data: Any) -> Budget | None:
+    def from_view(cls, data: Any) -> BatchBudget | None:
         if not isinstance(data, Mapping):
             return None
         tokens, usd = data.get("budget_tokens"), data.get("budget_usd")
@@ -163,7 +163,7 @@ class UsageBook:
     def __init__(self, jobs: Mapping[str, JobRecord]) -> None:
         self._jobs = jobs
         self.batches: dict[str, Totals] = {}
-        self.budgets: dict[str, Budget] = {}
+        self.budgets: dict[str, BatchBudget] = {}
         self._configs: dict[str, Config] = {}
         self._prices: dict[str, dict[str | None, Price | None]] = {}
 
@@ -183,7 +183,7 @@ class UsageBook:
             self._configs[batch_id] = config
             self._prices[batch_id] = {}
         if budget_tokens is not None or budget_usd is not None:
-            self.budgets[batch_id] = Budget(tokens=budget_tokens, usd=budget_usd)
+            self.budgets[batch_id] = BatchBudget(tokens=budget_tokens, usd=budget_usd)
 
     def restore_batch(
         self,
@@ -195,7 +195,7 @@ class UsageBook:
     ) -> None:
         """Open the account of a batch read back from the journal (see :func:`restored`);
         ``budget`` as the batch record keeps it."""
-        limits = Budget.from_view(budget)
+        limits = BatchBudget.from_view(budget)
         tokens, usd = (limits.tokens, limits.usd) if limits is not None else (None, None)
         self.add_batch(batch_id, config, tokens, usd, restored(rows, recorded))
 

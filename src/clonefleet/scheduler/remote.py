@@ -198,7 +198,7 @@ class SchedulerActor:
     async def check_message(
         self, job_id: str, text: str, refs: list[str], sender: str | None = None
     ) -> None:
-        check_message(self._c(), job_id, text, refs, sender)
+        check_message(self._c().table, job_id, text, refs, sender)
 
     async def route(self, items: list[dict[str, Any]]) -> list[str]:
         core = self._c()
@@ -212,7 +212,7 @@ class SchedulerActor:
 
     async def checkpoint_of(self, job_id: str) -> dict[str, Any] | None:
         """A running job's latest checkpoint as shipped here (for tests and drills)."""
-        return state_of(self._c()._checkpoints.get(job_id))
+        return state_of(self._c().table.checkpoint_of(job_id))
 
     async def kill_idle_hosts(self) -> int:
         """Fault injection: kill every idle warm host's actor (as a crash would); returns how

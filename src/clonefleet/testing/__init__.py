@@ -32,6 +32,7 @@ __all__ = [
     "LocalHost",
     "LocalHosts",
     "ScriptedModel",
+    "batch_config",
     "call",
     "crash_core",
     "instant_events",
@@ -297,19 +298,58 @@ class LocalHosts:
         return next(h for h in self.made if h.host_id == host_id)
 
 
+def batch_config(
+    *,
+    restarts: int | None = None,
+    checkpoint_s: float | None = None,
+    latency_ms: int | None = None,
+    models: dict[str, Any] | None = None,
+) -> Config:
+    """A config for test batches: ``limits.max_restarts``, ``durability.checkpoint_interval_s``,
+    the simulated provider's ``latency_ms`` and ``models`` when given, the defaults otherwise."""
+    fields: dict[str, Any] = {}
+    if restarts is not None:
+        fields["limits"] = {"max_restarts": restarts}
+    if checkpoint_s is not None:
+        fields["durability"] = {"checkpoint_interval_s": checkpoint_s}
+    if latency_ms is not None:
+        fields["providers"] = {
+            "sim": {"kind": "simulated", "simulated": {"latency_ms": latency_ms}}
+        }
+    if models is not None:
+        fields["models"] = models
+    return Config(**fields)
+
+
 def make_submission(
     core: Any,
     count: int,
     *,
-    config: Config,
+    config: Config | None = None,
     script: SimScript | dict[str, Any] | None = None,
     cap: int | None = None,
     per: int | None = None,
+    parent: str | None = None,
+    budget_tokens: int | None = None,
+    budget_usd: float | None = None,
+    **settings: Any,
 ) -> BatchSubmission:
-    """A batch of ``count`` test clones with ids reserved from ``core``."""
+    """A batch of ``count`` test clones with ids reserved from ``core``: under ``config``, or
+    one :func:`batch_config` makes of ``settings``; nested under job ``parent`` (one level down)
+    when given; with the batch's cap ``cap``, ``per`` clones per host and a budget when given."""
+    if config is None:
+        config = batch_config(**settings)
+    elif settings:
+        raise TypeError(f"give a config or its settings, not both: {sorted(settings)}")
     batch_id, ids = core.reserve_ids(count)
     specs = tuple(
-        make_spec(job_id=j, batch_id=batch_id, clone_index=i, clone_count=count)
+        make_spec(
+            job_id=j,
+            batch_id=batch_id,
+            clone_index=i,
+            clone_count=count,
+            **({"parent": parent, "depth": 1} if parent is not None else {}),
+        )
         for i, j in enumerate(ids)
     )
     return BatchSubmission(
@@ -319,6 +359,8 @@ def make_submission(
         sim_script=SimScript.from_data(script) if isinstance(script, dict) else script,
         max_concurrency=cap,
         clones_per_actor=per,
+        budget_tokens=budget_tokens,
+        budget_usd=budget_usd,
     )
 
 
@@ -344,6 +386,6 @@ def crash_core(core: SchedulerCore, journal: Journal, hosts: LocalHosts) -> None
     """The scheduler's process dies: its hosts die with it, its journal file is let go."""
     for host in hosts.made:
         host.kill()
-    for task in core._tasks:
+    for task in core.tasks:
         task.cancel()
     journal.close()

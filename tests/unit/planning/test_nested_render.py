@@ -107,7 +107,7 @@ async def test_a_prompt_that_burns_its_budget_never_delays_the_scheduler(tmp_pat
         await task
     assert time.perf_counter() - started < 2.0
     assert slowest < 0.1, f"list_jobs took {slowest:.3f}s while a nested prompt rendered"
-    assert not core._reserved_ids, "the refused batch's ids are released"
+    assert not core.table.reserved, "the refused batch's ids are released"
     assert set(core.jobs) == {root}, "nothing was started"
     await core.aclose()
 
@@ -149,7 +149,7 @@ async def test_a_host_that_never_answers_fails_the_spawn_and_not_the_scheduler(
     with pytest.raises(ToolRetry, match="not rendered within 0.3 s on clone host h1"):
         await task
     assert slowest < 0.1
-    assert not core._reserved_ids
+    assert not core.table.reserved
     await core.aclose()
 
 
@@ -178,7 +178,7 @@ async def test_a_templated_nested_prompt_is_rendered_per_child(tmp_path):
     children = sorted(
         (j for j in core.jobs.values() if j.parent == root), key=lambda j: j.clone_index
     )
-    specs = [core._specs[c.job_id] for c in children]
+    specs = [core.table.spec_of(c.job_id) for c in children]
     assert [s.task for s in specs] == ["part 1 of 2", "part 2 of 2"]
     assert [s.instructions.strip() for s in specs] == [
         "Leaf 1/2: part 1 of 2",

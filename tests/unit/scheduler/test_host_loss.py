@@ -4,10 +4,10 @@ never started move on, and dead warm hosts are replaced before a batch lands on 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 import pytest
 
-from clonefleet.config import Config
 from clonefleet.scheduler import SchedulerCore
 from clonefleet.testing import LocalHost, LocalHosts, make_submission, wait_until
 from clonefleet.vocab import JobState
@@ -17,18 +17,21 @@ pytestmark = pytest.mark.timeout(30)
 SLOW = {"default": [{"tool": "progress_update", "args": {"summary": "step"}}, {"hang": True}]}
 
 
-def submission(core, count, *, script=None, restarts=2, per=None, interval=0.0):
-    config = Config(
-        limits={"max_restarts": restarts}, durability={"checkpoint_interval_s": interval}
-    )
-    return make_submission(core, count, config=config, script=script, per=per)
+submission = partial(make_submission, restarts=2, checkpoint_s=0.0)
+"""A test batch (see ``make_submission``) that checkpoints every turn."""
 
 
-def results_per_job(core, ids):
+async def event_types(core, target=None):
+    """The type of each lifecycle event of ``target`` (every job: ``None``), with its job id."""
+    page = await core.events(target, limit=5000)
+    return [(env["subagent_run_id"], env["event"]["type"]) for env in page["events"]]
+
+
+async def results_per_job(core, ids):
     counts = dict.fromkeys(ids, 0)
-    for _, kind, env in core._log._log:
+    for job_id, kind in await event_types(core):
         if kind == "result":
-            counts[env["subagent_run_id"]] += 1
+            counts[job_id] += 1
     return counts
 
 
@@ -37,7 +40,7 @@ async def test_a_killed_hosts_clones_restart_on_a_fresh_host_from_their_checkpoi
     core = SchedulerCore(pool)
     out = await core.submit(submission(core, 2, script=SLOW, per=2))
     ids = out["job_ids"]
-    await wait_until(lambda: all(j in core._checkpoints for j in ids))
+    await wait_until(lambda: all(j in core.table.checkpoints for j in ids))
     first = core.jobs[ids[0]].host_id
     pool.host(first).kill()
     await wait_until(lambda: all(core.jobs[j].restarts == 1 for j in ids))
@@ -47,11 +50,11 @@ async def test_a_killed_hosts_clones_restart_on_a_fresh_host_from_their_checkpoi
     assert set(fresh.resumed) == set(ids), "each clone resumed from its checkpoint"
     assert all(fresh.resumed[j]["turns"] == 1 for j in ids)
     assert all(core.jobs[j].state is JobState.RUNNING for j in ids)
-    kinds = [kind for chain, kind, _ in core._log._log if ids[0] in chain]
+    kinds = [kind for _, kind in await event_types(core, ids[0])]
     assert kinds.count("restarted") == 1
     await core.cancel_many([out["batch_id"]])
     assert (await core.job_block(ids, timeout_seconds=10))["done"]
-    assert results_per_job(core, ids) == dict.fromkeys(ids, 1)
+    assert await results_per_job(core, ids) == dict.fromkeys(ids, 1)
     await core.aclose()
 
 
@@ -61,17 +64,17 @@ async def test_a_clone_whose_hosts_keep_dying_fails_after_max_restarts_saying_so
     job = (await core.submit(submission(core, 1, script=SLOW, restarts=2)))["job_ids"][0]
     for attempt in range(3):
         await wait_until(
-            lambda n=attempt: core.jobs[job].restarts == n and job in core._checkpoints
+            lambda n=attempt: core.jobs[job].restarts == n and job in core.table.checkpoints
         )
         host = pool.host(core.jobs[job].host_id)
         await wait_until(lambda h=host: h.starts == 1)
-        core._checkpoints.pop(job)
+        core.table.drop_checkpoint(job)
         host.kill()
     assert (await core.job_block([job], timeout_seconds=10))["done"]
     record = await core.job_result(job)
     assert record["status"] == "failed" and record["stop_reason"] == "abnormal"
     assert "restarted 2 time(s), limits.max_restarts is 2" in record["error"]
-    assert results_per_job(core, [job]) == {job: 1}
+    assert await results_per_job(core, [job]) == {job: 1}
     await core.aclose()
 
 
@@ -112,7 +115,7 @@ async def test_a_warm_host_dead_at_start_moves_its_jobs_without_failing_or_ghost
     assert (await core.job_block(ids, timeout_seconds=10))["done"]
     assert {core.jobs[j].state for j in ids} == {JobState.COMPLETED}
     assert {core.jobs[j].restarts for j in ids} == {0}, "a job never started is not restarted"
-    assert results_per_job(core, ids) == dict.fromkeys(ids, 1)
+    assert await results_per_job(core, ids) == dict.fromkeys(ids, 1)
     await core.aclose()
 
 
@@ -164,7 +167,7 @@ async def test_a_dead_hosts_queue_moves_at_once_to_the_live_host_and_no_host_is_
     assert {core.jobs[j].state for j in ids} == {JobState.COMPLETED}
     assert len(pool.made) == 2, "no new host: the live one took the dead one's jobs"
     assert pool.host(dead).starts == 1, "nothing tried to start on the dead host again"
-    assert results_per_job(core, ids) == dict.fromkeys(ids, 1)
+    assert await results_per_job(core, ids) == dict.fromkeys(ids, 1)
     await core.aclose()
 
 
@@ -176,7 +179,7 @@ async def test_an_uncapped_batch_keeps_its_spread_a_dead_hosts_clones_go_to_one_
     core = SchedulerCore(pool)
     ids = (await core.submit(submission(core, 9, script=SLOW, per=3)))["job_ids"]
     assert len(pool.made) == 3
-    await wait_until(lambda: all(j in core._checkpoints for j in ids))
+    await wait_until(lambda: all(j in core.table.checkpoints for j in ids))
     dead = core.jobs[ids[0]].host_id
     victims = [j for j in ids if core.jobs[j].host_id == dead]
     others = {j: core.jobs[j].host_id for j in ids if j not in victims}
@@ -187,7 +190,7 @@ async def test_an_uncapped_batch_keeps_its_spread_a_dead_hosts_clones_go_to_one_
     assert {j: core.jobs[j].host_id for j in others} == others, "the survivors keep their share"
     await core.cancel_many([core.jobs[ids[0]].batch_id])
     assert (await core.job_block(ids, timeout_seconds=10))["done"]
-    assert results_per_job(core, ids) == dict.fromkeys(ids, 1)
+    assert await results_per_job(core, ids) == dict.fromkeys(ids, 1)
     await core.aclose()
 
 
@@ -214,8 +217,8 @@ async def test_a_clone_resumed_on_another_host_asks_the_inbox_for_what_its_check
     core.mail.link = link
     out = await core.submit(submission(core, 2, script=SLOW, per=2))
     ids = out["job_ids"]
-    await wait_until(lambda: all(j in core._checkpoints for j in ids))
-    assert all(isinstance(core._checkpoints[j], bytes) for j in ids), "checkpoints come packed"
+    await wait_until(lambda: all(j in core.table.checkpoints for j in ids))
+    assert all(isinstance(core.table.checkpoints[j], bytes) for j in ids), "checkpoints come packed"
     pool.host(core.jobs[ids[0]].host_id).kill()
     await wait_until(lambda: len(link.resent) == 2)
     assert sorted(link.resent) == sorted((j, []) for j in ids)

@@ -3,9 +3,10 @@ jobs resume from their checkpoints once, and what cannot be resumed ends "cluste
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
-from clonefleet.config import Config
 from clonefleet.journal import Journal, read_journal
 from clonefleet.scheduler import SchedulerCore
 from clonefleet.scheduler._durable import Durable
@@ -24,9 +25,8 @@ pytestmark = pytest.mark.timeout(30)
 HANG = {"default": [{"tool": "progress_update", "args": {"summary": "step"}}, {"hang": True}]}
 
 
-def submission(core, count, script=None, restarts=2):
-    config = Config(limits={"max_restarts": restarts}, durability={"checkpoint_interval_s": 0.0})
-    return make_submission(core, count, config=config, script=script)
+submission = partial(make_submission, restarts=2, checkpoint_s=0.0)
+"""A test batch (see ``make_submission``) that checkpoints every turn."""
 
 
 async def test_a_restarted_scheduler_keeps_results_and_resumes_unfinished_jobs(tmp_path):
@@ -36,8 +36,8 @@ async def test_a_restarted_scheduler_keeps_results_and_resumes_unfinished_jobs(t
     done = await core.submit(submission(core, 3))
     assert (await core.job_block(done["job_ids"], timeout_seconds=10))["done"]
     results = {j: await core.job_result(j) for j in done["job_ids"]}
-    hang = await core.submit(submission(core, 2, HANG))
-    await wait_until(lambda: all(j in core._checkpoints for j in hang["job_ids"]))
+    hang = await core.submit(submission(core, 2, script=HANG))
+    await wait_until(lambda: all(j in core.table.checkpoints for j in hang["job_ids"]))
     await journal.commit()
     crash_core(core, journal, hosts)
 
@@ -71,7 +71,7 @@ async def test_a_restarted_scheduler_keeps_results_and_resumes_unfinished_jobs(t
 async def test_a_job_past_max_restarts_or_without_its_batch_ends_cluster_lost(tmp_path):
     hosts = LocalHosts()
     core, journal, _ = open_journaled_core(tmp_path / "j", hosts)
-    out = await core.submit(submission(core, 1, HANG, restarts=0))
+    out = await core.submit(submission(core, 1, script=HANG, restarts=0))
     await wait_until(lambda: core.jobs[out["job_ids"][0]].turns == 1)
     await journal.commit()
     crash_core(core, journal, hosts)
@@ -118,8 +118,8 @@ async def test_retention_evicts_finished_batches_and_the_journal_forgets_them(tm
 async def test_two_unfinished_batches_are_both_placed_before_either_starts(tmp_path):
     hosts = LocalHosts()
     core, journal, _ = open_journaled_core(tmp_path / "j", hosts)
-    first = await core.submit(submission(core, 2, HANG))
-    second = await core.submit(submission(core, 3, HANG))
+    first = await core.submit(submission(core, 2, script=HANG))
+    second = await core.submit(submission(core, 3, script=HANG))
     await journal.commit()
     crash_core(core, journal, hosts)
     core2, journal2, table = open_journaled_core(tmp_path / "j", LocalHosts())
@@ -138,7 +138,7 @@ async def test_a_large_submission_is_kept_in_parts_and_read_back_whole(tmp_path,
     monkeypatch.setattr(_durable, "BLOB_PART", 512)  # a few hundred bytes a part
     hosts = LocalHosts()
     core, journal, _ = open_journaled_core(tmp_path / "j", hosts)
-    out = await core.submit(submission(core, 3, HANG))
+    out = await core.submit(submission(core, 3, script=HANG))
     await journal.commit()
     kinds = [
         r["k"]

@@ -99,6 +99,7 @@ def test_run_follows_a_busy_scheduler_instead_of_giving_up_after_two_seconds(
 ):
     import clonefleet.fleet as fleet_module
     from clonefleet.cli import program as cli
+    from clonefleet.cli.run import FOLLOW_MARGIN_S
 
     _RefusingFleet.made = []
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
@@ -107,8 +108,8 @@ def test_run_follows_a_busy_scheduler_instead_of_giving_up_after_two_seconds(
     monkeypatch.setattr(fleet_module, "Fleet", _RefusingFleet)
     code = cli.main(["run", "general-purpose", "--prompt", "hi", "--count", "2"])
     assert code != 0 and "no cluster in this test" in capsys.readouterr().err
-    assert [f.wait_margin_s for f in _RefusingFleet.made] == [cli.FOLLOW_MARGIN_S]
-    assert cli.FOLLOW_MARGIN_S >= 30.0
+    assert [f.wait_margin_s for f in _RefusingFleet.made] == [FOLLOW_MARGIN_S]
+    assert FOLLOW_MARGIN_S >= 30.0
 
 
 @pytest.mark.timeout(60)
@@ -128,7 +129,7 @@ async def test_a_follower_behind_memory_reads_every_spilled_event_even_before_it
         page = await core.events(out["batch_id"], cursor=cursor, level="lifecycle")
         results += [e for e in page["events"] if e["event"]["type"] == "result"]
         cursor = page["cursor"]
-        if cursor >= core._log.next_seq:
+        if cursor >= core.event_log.next_seq:
             break
     assert len({e["subagent_run_id"] for e in results}) == len(results) == count
     await core.aclose()

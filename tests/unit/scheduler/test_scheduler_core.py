@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 import pytest
 
-from clonefleet.config import Config
 from clonefleet.errors import UnknownJobError, UsageError
 from clonefleet.planning import BatchSubmission
 from clonefleet.providers import SimScript
@@ -14,13 +14,8 @@ from clonefleet.scheduler import TRANSITIONS, JobRecord, SchedulerCore, choose_c
 from clonefleet.testing import LocalHost, make_submission
 from clonefleet.vocab import JobState
 
-
-def submission(core, count, *, script=None, cap=None, per=None, latency_ms=0, restarts=2):
-    config = Config(
-        providers={"sim": {"kind": "simulated", "simulated": {"latency_ms": latency_ms}}},
-        limits={"max_restarts": restarts},
-    )
-    return make_submission(core, count, config=config, script=script, cap=cap, per=per)
+submission = partial(make_submission, restarts=2, latency_ms=0)
+"""A test batch (see ``make_submission``)."""
 
 
 async def test_batch_runs_to_completion_with_distinct_ids_and_one_result_event_each():

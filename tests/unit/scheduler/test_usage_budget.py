@@ -4,15 +4,15 @@ in-process scheduler core (no Ray)."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from functools import partial
 
 import pytest
 
 from clonefleet.config import Config
 from clonefleet.errors import UsageError
-from clonefleet.planning import BatchSubmission, check_budget
+from clonefleet.planning import check_batch_budget
 from clonefleet.scheduler import SchedulerCore
-from clonefleet.testing import LocalHost, make_spec, make_submission, wait_until
+from clonefleet.testing import LocalHost, make_submission, wait_until
 from clonefleet.vocab import EventType, JobState, StopReason
 
 pytestmark = pytest.mark.timeout(30)
@@ -38,25 +38,8 @@ def config(priced: bool = False) -> Config:
     return Config(models=PRICES if priced else {}, durability={"checkpoint_interval_s": 0.0})
 
 
-def submission(core, count, *, priced=False, parent=None, **budget_and_options) -> BatchSubmission:
-    """A test batch (see ``make_submission``) with ``budget_tokens``/``budget_usd`` and, for
-    ``parent``, its jobs nested under that job."""
-    options = {k: budget_and_options.pop(k) for k in ("script", "cap") if k in budget_and_options}
-    sub = make_submission(core, count, config=config(priced), **options)
-    if parent is not None:
-        specs = tuple(
-            make_spec(
-                job_id=s.job_id,
-                batch_id=s.batch_id,
-                clone_index=s.clone_index,
-                clone_count=count,
-                parent=parent,
-                depth=1,
-            )
-            for s in sub.specs
-        )
-        sub = replace(sub, specs=specs)
-    return replace(sub, **budget_and_options)
+submission = partial(make_submission, models={}, checkpoint_s=0.0)
+"""A test batch (see ``make_submission``) of unpriced models that checkpoints every turn."""
 
 
 def usage_event(model: str, tokens_in: int, tokens_out: int) -> dict:
@@ -99,7 +82,7 @@ async def test_batch_and_fleet_totals_are_the_sums_of_their_jobs_usage():
 
 async def test_cost_per_job_comes_from_the_prices_of_the_models_each_response_used():
     core = SchedulerCore(LocalHost)
-    out = await core.submit(submission(core, 2, priced=True, script=STEP_THEN_HANG))
+    out = await core.submit(submission(core, 2, models=PRICES, script=STEP_THEN_HANG))
     job, other = out["job_ids"]
     await wait_until(
         lambda: core.jobs[job].usage["total_tokens"] and core.jobs[other].usage["total_tokens"]
@@ -107,8 +90,8 @@ async def test_cost_per_job_comes_from_the_prices_of_the_models_each_response_us
     before = core.jobs[job].cost_usd
     assert before == pytest.approx(cost("sim-small", 48, 8))  # the clone's own first turn
     # A failover: the next responses come from the other model, at its price.
-    core._apply(job, usage_event("sim-large", 1000, 100))
-    core._apply(job, usage_event("sim-small", 200, 20))
+    core.apply_event(job, usage_event("sim-large", 1000, 100))
+    core.apply_event(job, usage_event("sim-small", 200, 20))
     status = await core.job_status(job)
     expected = before + cost("sim-large", 1000, 100) + cost("sim-small", 200, 20)
     assert status["cost_usd"] == pytest.approx(expected)
@@ -116,7 +99,7 @@ async def test_cost_per_job_comes_from_the_prices_of_the_models_each_response_us
     assert batch["cost_usd"] == pytest.approx(expected + core.jobs[other].cost_usd)
     assert batch["unpriced_tokens"] == 0
     # A model without a price: its tokens are counted apart, the cost stays the priced part.
-    core._apply(job, usage_event("mystery-model", 5, 5))
+    core.apply_event(job, usage_event("mystery-model", 5, 5))
     batch = (await core.list_jobs(batch=out["batch_id"]))["totals"]["batches"][out["batch_id"]]
     assert batch["unpriced_tokens"] == 10 and batch["cost_usd"] == pytest.approx(
         expected + core.jobs[other].cost_usd
@@ -162,7 +145,7 @@ async def test_a_budget_counts_the_subagents_of_the_batch_and_stops_them_too():
     await wait_until(lambda: core.jobs[lead].state is JobState.RUNNING)
     kids = (await core.submit(submission(core, 2, script=STEP_THEN_HANG, parent=lead)))["job_ids"]
     await wait_until(lambda: all(core.jobs[k].usage["total_tokens"] for k in kids))
-    core._apply(
+    core.apply_event(
         kids[0], usage_event("sim-small", 400, 0)
     )  # the child's usage passes the parent's budget
     assert (await core.job_block([lead, *kids], timeout_seconds=10))["done"]
@@ -205,13 +188,13 @@ async def test_a_job_that_completed_before_the_budget_passed_keeps_its_result():
 )
 def test_a_budget_must_be_positive_and_finite(tokens, usd, match):
     with pytest.raises(UsageError, match=match):
-        check_budget(tokens, usd, config(priced=True), ("sim-small",))
+        check_batch_budget(tokens, usd, config(priced=True), ("sim-small",))
 
 
 def test_a_dollar_budget_needs_a_price_for_every_model_the_batch_may_use():
-    check_budget(None, 0.5, config(priced=True), ("sim-small", "sim-large"))
-    check_budget(100, None, config(), ("sim-small",))  # a token budget needs no price
+    check_batch_budget(None, 0.5, config(priced=True), ("sim-small", "sim-large"))
+    check_batch_budget(100, None, config(), ("sim-small",))  # a token budget needs no price
     with pytest.raises(UsageError, match="sim-large has none"):
-        check_budget(
+        check_batch_budget(
             None, 0.5, Config(models={"sim-small": PRICES["sim-small"]}), ("sim-small", "sim-large")
         )

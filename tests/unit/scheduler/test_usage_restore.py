@@ -3,11 +3,10 @@ spent and what they may spend, without a record per model response."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from functools import partial
 
 import pytest
 
-from clonefleet.config import Config
 from clonefleet.journal import read_journal
 from clonefleet.scheduler import JournalView
 from clonefleet.scheduler._recovery import compact_if_due, restore
@@ -34,10 +33,8 @@ PRICED = {
 }
 
 
-def submission(core, count, script=None, cap=None, **budget):
-    config = Config(models=PRICED, durability={"checkpoint_interval_s": 0.0})
-    sub = make_submission(core, count, config=config, script=script, cap=cap)
-    return replace(sub, **budget)
+submission = partial(make_submission, models=PRICED, checkpoint_s=0.0)
+"""A test batch (see ``make_submission``) of a priced model that checkpoints every turn."""
 
 
 def usage(tokens: int) -> dict:
@@ -83,8 +80,8 @@ async def test_a_budget_keeps_counting_what_was_spent_before_a_restart(tmp_path)
     hosts = LocalHosts()
     core, journal, _ = open_journaled_core(tmp_path / "j", hosts)
     # Each clone's first response costs 56 tokens; 3 x 56 = 168 stays within 200.
-    out = await core.submit(submission(core, 3, STEP_THEN_HANG, budget_tokens=200))
-    await wait_until(lambda: all(j in core._checkpoints for j in out["job_ids"]))
+    out = await core.submit(submission(core, 3, script=STEP_THEN_HANG, budget_tokens=200))
+    await wait_until(lambda: all(j in core.table.checkpoints for j in out["job_ids"]))
     await journal.commit()
     crash_core(core, journal, hosts)
 
@@ -97,7 +94,7 @@ async def test_a_budget_keeps_counting_what_was_spent_before_a_restart(tmp_path)
     assert not view["budget"]["passed"]
     await wait_until(lambda: all(core2.jobs[j].state is JobState.RUNNING for j in out["job_ids"]))
     # 40 more tokens pass the budget only because the 168 spent before the restart count.
-    core2._apply(out["job_ids"][0], usage(40))
+    core2.apply_event(out["job_ids"][0], usage(40))
     assert (await core2.job_block(out["job_ids"], timeout_seconds=10))["done"]
     assert {core2.jobs[j].stop_reason for j in out["job_ids"]} == {"budget"}
     await core2.aclose()
@@ -107,10 +104,10 @@ async def test_a_budget_keeps_counting_what_was_spent_before_a_restart(tmp_path)
 async def test_a_batch_past_its_budget_at_a_restart_starts_none_of_its_jobs(tmp_path):
     hosts = LocalHosts()
     core, journal, _ = open_journaled_core(tmp_path / "j", hosts)
-    out = await core.submit(submission(core, 3, STEP_THEN_HANG, cap=1, budget_tokens=100))
+    out = await core.submit(submission(core, 3, script=STEP_THEN_HANG, cap=1, budget_tokens=100))
     first = out["job_ids"][0]
-    await wait_until(lambda: first in core._checkpoints)
-    core._apply(first, usage(500))  # passes the budget: the queued two end now, on disk
+    await wait_until(lambda: first in core.table.checkpoints)
+    core.apply_event(first, usage(500))  # passes the budget: the queued two end now, on disk
     crash_core(core, journal, hosts)  # before the running clone's cancel could land
 
     hosts2 = LocalHosts()
