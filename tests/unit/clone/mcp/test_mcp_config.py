@@ -3,6 +3,7 @@ project's config, the definitions' ``mcpServers``, and how grants reach a clone 
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from clonefleet.config import Config, ConfigSource, McpServerConfig, load_config, trust_folder
-from clonefleet.definitions import AgentDefinition, load_catalog
-from clonefleet.definitions._build import build_definition
-from clonefleet.definitions._parse import parse_text
+from clonefleet.definitions import AgentDefinition, load_catalog, load_file
 from clonefleet.errors import ConfigError, DefinitionError
 from clonefleet.planning import BatchRequest, plan_specs, resolve_tools
 from clonefleet.vocab import canonical_tool
@@ -114,8 +113,16 @@ def test_untrusted_project_may_name_the_users_own_server_and_a_trusted_one_any(h
 
 
 # -- definitions -----------------------------------------------------------------------------------
+def _load(text: str, stem: str) -> Any:
+    """The definition in ``text``, loaded from a file ``<stem>.md`` as the loader reads one."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"{stem}.md"
+        path.write_text(text)
+        return load_file(path)
+
+
 def _claude(frontmatter: str) -> Any:
-    return build_definition(parse_text(f"---\nname: c\ndescription: d\n{frontmatter}---\nbody\n"))
+    return _load(f"---\nname: c\ndescription: d\n{frontmatter}---\nbody\n", "c")
 
 
 def test_claude_mcp_servers_mapping_list_and_names() -> None:
@@ -133,10 +140,10 @@ def test_claude_mcp_servers_mapping_list_and_names() -> None:
 
 
 def test_native_and_python_definitions_take_mcp_servers() -> None:
-    raw = parse_text(
-        "---\nname: n\ndescription: d\nclonefleet:\n  mcp_servers: {t: {command: x}}\n---\n"
+    native = _load(
+        "---\nname: n\ndescription: d\nclonefleet:\n  mcp_servers: {t: {command: x}}\n---\n", "n"
     )
-    assert build_definition(raw, "n").mcp_servers == (("t", {"command": "x"}),)
+    assert native.mcp_servers == (("t", {"command": "x"}),)
     defn = AgentDefinition("p", "d", mcp_servers=["time"])
     assert defn.mcp_servers == (("time", {}),)
 
