@@ -23,6 +23,7 @@ from clonefleet.clone.exit._judge import schema_errors as schema_errors
 from clonefleet.clone.mcp._manager import McpManager as McpManager
 from clonefleet.clone.tools._confine import open_checked as open_checked
 from clonefleet.clone.tools._confine import open_inside as open_inside
+from clonefleet.clone.tools._jobs import TOOL_METHODS as TOOL_METHODS
 from clonefleet.clone.tools._jobs import job_tools as job_tools
 from clonefleet.clone.tools._table import WORK_TOOL_TABLE as WORK_TOOL_TABLE
 from clonefleet.clone.tools._table import Tool as Tool
@@ -37,6 +38,7 @@ __all__ = [
     "McpManager",
     "state_of",
     "job_tools",
+    "TOOL_METHODS",
     "open_checked",
     "schema_errors",
     "BASE_PROMPT",
