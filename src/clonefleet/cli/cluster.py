@@ -84,6 +84,7 @@ def add_cluster_parser(sub: Any) -> None:
 
 
 def cmd_cluster(args: argparse.Namespace) -> int:
+    """Start, stop or describe the local cluster."""
     if args.cluster_command == "up":
         return _cluster_up(args)
     if args.cluster_command == "down":

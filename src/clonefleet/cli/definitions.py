@@ -45,6 +45,8 @@ def add_definition_parsers(sub: Any) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    """Report the definitions' errors and warnings, the providers and what trust would allow;
+    1 on an error or an untrusted project that asks for something, else 0."""
     from clonefleet.config import load_config
     from clonefleet.definitions import validate_lines, validate_report
     from clonefleet.planning import clone_tools
@@ -74,6 +76,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_agents(args: argparse.Namespace) -> int:
+    """List the definitions a run could use (a table, or JSON), with what each shadows."""
     from clonefleet.config import load_config
     from clonefleet.definitions import agents_report, load_catalog
 

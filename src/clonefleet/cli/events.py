@@ -54,6 +54,8 @@ def describe(env: dict[str, Any]) -> str:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
+    """Print the target's events from ``--cursor`` on, at most ``--limit``, following with
+    ``--follow``."""
     if args.cursor < 0:
         raise UsageError("--cursor is an event number, 0 or more")
     fleet = connect(args.address)

@@ -87,6 +87,7 @@ def _add_list_parser(jsub: Any) -> None:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
+    """Run one ``jobs`` action on the cluster, or on the journal when no cluster runs."""
     options: dict[str, Any] = {}
     if args.jobs_command == "wait":
         # One deadline for the whole command, counted from the process's start: connecting to a

@@ -32,6 +32,7 @@ def add_message_parser(sub: Any) -> None:
 
 
 def cmd_message(args: argparse.Namespace) -> int:
+    """Queue a message for a job, or show a delivery's state (``--status``)."""
     if args.status is None and (args.job is None or args.text is None):
         raise UsageError("give JOB and TEXT, or --status DELIVERY_ID")
     if args.status is not None and args.job is not None:

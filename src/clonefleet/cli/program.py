@@ -73,6 +73,8 @@ OWN_SIGNAL_HANDLING = ("provider", "dashboard")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: the process's arguments), run the command and return its exit
+    status; stop signals end it cleanly, except for commands that serve until stopped."""
     args = build_parser().parse_args(argv)
     if args.command in OWN_SIGNAL_HANDLING:
         return _main(args)

@@ -44,6 +44,7 @@ def add_provider_parser(sub: Any) -> None:
 
 
 def cmd_provider(args: argparse.Namespace) -> int:
+    """Serve the simulated model over HTTP until stopped (exit status 0)."""
     from clonefleet.providers import serve_main
 
     return serve_main(

@@ -153,6 +153,7 @@ def _add_run_execution_options(run: argparse.ArgumentParser) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Plan, submit and follow one batch; 0 when every job succeeded, 1 otherwise."""
     from clonefleet.cluster import resolve_address, stop_current_session
     from clonefleet.config import load_config
 

@@ -39,6 +39,7 @@ def _echo(text: str, stream: Any = None) -> None:
 
 
 def add_trust_parser(sub: Any) -> None:
+    """Register ``clonefleet trust`` on the command line's sub-parsers."""
     cmd = sub.add_parser(
         "trust",
         help="let a project's .clonefleet/config.yaml name providers and key variables",
@@ -55,6 +56,7 @@ def add_trust_parser(sub: Any) -> None:
 
 
 def cmd_trust(args: argparse.Namespace) -> int:
+    """Trust a folder (default: the current one), list the trusted folders, or revoke one."""
     if args.dir is not None and (args.list or args.revoke is not None):
         raise UsageError("give DIR, --list or --revoke DIR, not more than one")
     if args.list:
