@@ -13,8 +13,7 @@ import pytest
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from clonefleet.clone import Clone, ToolContext, WebAccess
-from clonefleet.clone.tools._web import web_fetch_tool, web_search_tool
+from clonefleet.clone import WORK_TOOL_TABLE, Clone, ToolContext, WebAccess
 from clonefleet.config import WebConfig
 from clonefleet.errors import ToolRetry
 from clonefleet.permissions import ALLOW_ALL, Policy, RuleSet, parse_rules
@@ -92,7 +91,7 @@ def context(made, tmp_path, domains, *, deny=(), dns=None) -> ToolContext:
 
 
 async def fetch(ctx: ToolContext, url: str) -> str:
-    return await web_fetch_tool({"url": url}, ctx)
+    return await WORK_TOOL_TABLE["web_fetch"].run({"url": url}, ctx)
 
 
 # -- redirects --------------------------------------------------------------------------------------
@@ -233,5 +232,5 @@ async def test_the_search_backend_the_config_names_may_be_on_a_private_address(
     ctx = ToolContext(root=tmp_path, web=access[-1])
     # It answers text, not JSON: what matters is that it was reached.
     with pytest.raises(ToolRetry, match="the search backend's answer is not JSON"):
-        await web_search_tool({"query": "x"}, ctx)
+        await WORK_TOOL_TABLE["web_search"].run({"query": "x"}, ctx)
     assert dns.asked["searx.localhost"] == 1
