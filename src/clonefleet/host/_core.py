@@ -287,20 +287,9 @@ class HostCore:
         return hit
 
     async def plan(self, planner: Callable[[], tuple[CloneSpec, ...]]) -> tuple[CloneSpec, ...]:
-        """Run ``planner`` in this host's render thread and return what it returns.
-
-        The scheduler sends a nested spawn's rendering here (``scheduler._nested.NestedPlan``: the
-        prompt of a ``subagent`` call is a model-written template) so that it never runs in the
-        scheduler, which every batch and every ``jobs`` command waits on. It runs in one worker
-        thread rather than on this host's event loop, so the clones here keep running, and
-        rather than in a subprocess because the render is bounded in process: every C-level
-        operation a template can reach is sized from its operands before it runs (a linear pass
-        over a few MiB at most), and the render's deadline and memory are checked between
-        operations, so the thread holds the GIL only in short slices. A subprocess per spawn
-        would add an interpreter start and the Jinja2 import (hundreds of milliseconds on a busy
-        node), and forking a threaded Ray worker is unsafe. Should a render ever hold the GIL for
-        long, it stalls this host only: the scheduler awaits the answer with a deadline, like any
-        host call. One thread: renders queue instead of competing for the GIL.
+        """Run ``planner`` (a nested spawn's render, ``planning.NestedPlan``) in this host's one
+        render thread, off its event loop, and return what it returns. Why a thread, and why on
+        the host: docs/architecture.md#nested-spawns.
         """
         if self._render_thread is None:
             self._render_thread = ThreadPoolExecutor(1, thread_name_prefix="clonefleet-render")

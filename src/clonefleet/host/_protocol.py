@@ -2,9 +2,9 @@
 
 :class:`HostCalls` is what every host answers; :class:`PlacedHost` and :class:`WatchedHost` are
 what a host in its own process adds (its cluster node, and a call that returns when it dies).
-The Ray-backed hosts (``clonefleet.host.remote``, ``clonefleet.scheduler.remote``), the
-in-process ones of ``clonefleet.testing`` and :class:`~clonefleet.host.HostCore` (the same calls,
-synchronous where nothing is awaited) offer exactly these signatures;
+The Ray-backed host and its actor (``clonefleet.host.remote``), the in-process hosts of
+``clonefleet.testing`` and :class:`~clonefleet.host.HostCore` (the same calls, synchronous where
+nothing is awaited) offer exactly these signatures;
 ``tests/unit/host/test_host_calls.py`` checks each of them.
 """
 
