@@ -1,9 +1,9 @@
 """The MCP servers of one clone host process and the tools they give its clones (docs/mcp.md).
 
-:class:`McpManager` keeps one :class:`~._mcp_server.McpServer` per server name and config,
-shared by every clone of the host and started on first need, never once per clone. For each
-clone it answers :meth:`McpManager.tools_for`: the server tools the clone's spec grants, named
-``mcp__<server>__<tool>``, plus ``mcp_list_resources`` and ``mcp_read_resource`` when granted.
+:class:`McpManager` keeps one :class:`~clonefleet.clone.mcp._server.McpServer` per server name
+and config, shared by every clone of the host and started on first need, never once per clone.
+For each clone it answers :meth:`McpManager.tools_for`: the server tools the clone's spec grants,
+named ``mcp__<server>__<tool>``, plus ``mcp_list_resources`` and ``mcp_read_resource`` when granted.
 Pure asyncio and the ``mcp`` SDK; no Ray, no definitions.
 """
 
@@ -89,7 +89,7 @@ class McpManager:
 
     Args:
         clock: monotonic clock of the servers' restart backoff, injected for tests.
-        backoff_s: see :class:`~._mcp_server.McpServer`.
+        backoff_s: see :class:`~clonefleet.clone.mcp._server.McpServer`.
     """
 
     def __init__(
@@ -275,7 +275,7 @@ def _server_tool(server: McpServer, tool: mt.Tool, name: str) -> Tool:
     read_only = bool(tool.annotations is not None and tool.annotations.read_only_hint)
 
     async def run(args: dict[str, Any], ctx: ToolContext) -> str:
-        from clonefleet.clone.mcp._format import tool_text
+        from clonefleet.clone.mcp._result_text import tool_text
 
         what = f"a call of tool {tool.name!r}"
         result = await server.request(what, lambda s: s.call_tool(tool.name, args))
@@ -326,7 +326,7 @@ async def _list_resources(servers: Mapping[str, McpServer], args: Mapping[str, A
         else [s for s in servers.values() if s.has_resources or not s.ready]
     )
     parts = await asyncio.gather(*(_resources_of(s) for s in picked))  # each one bounded
-    from clonefleet.clone.mcp._format import capped
+    from clonefleet.clone.mcp._result_text import capped
 
     return capped(json.dumps([r for part in parts for r in part], ensure_ascii=False))
 
@@ -371,7 +371,7 @@ async def _read_resource(servers: Mapping[str, McpServer], args: Mapping[str, An
         raise ToolRetry("mcp_read_resource needs the resource's `uri` (a string)")
     server = servers[name]
     result = await server.request(f"a read of {uri!r}", lambda s: s.read_resource(uri))
-    from clonefleet.clone.mcp._format import resource_text
+    from clonefleet.clone.mcp._result_text import resource_text
 
     return resource_text(result)
 

@@ -7,7 +7,7 @@ managers, so one task must enter and leave them) and waits; clones send their re
 shared session from their own tasks. Every request is bounded in time, and every failure (the
 server cannot start, stops answering, dies, or refuses a request) reaches the clone as a
 :class:`~clonefleet.errors.ToolRetry` text naming the server. Grants and tool naming live in
-``_mcp``; this module knows nothing of clones.
+``_manager``; this module knows nothing of clones.
 """
 
 from __future__ import annotations

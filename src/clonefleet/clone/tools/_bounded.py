@@ -5,9 +5,9 @@ file tools runs in a worker thread of a small pool of its own (not the loop's de
 which the host's HTTP clients use for name resolution). A thread cannot be killed, so the work is
 cooperative: it gets a :class:`ToolDeadline` and calls :meth:`ToolDeadline.check` often (per
 directory entry, per line); a cancelled clone sets the deadline's cancel flag, a passed deadline
-fails the check, and the work ends at its next check. Regular-expression matching is the one step that could run long
-between checks; it uses the ``regex`` package, which releases the GIL while matching and takes a
-``timeout`` (see ``_search``).
+fails the check, and the work ends at its next check. Regular-expression matching is the one step
+that could run long between checks; it uses the ``regex`` package, which releases the GIL while
+matching and takes a ``timeout`` (see ``_search``).
 
 The caller never waits past the deadline either: should the work be stuck in a system call, the
 call still answers with a tool error when the deadline (plus a short grace) has passed.
@@ -124,7 +124,8 @@ def active_work() -> int:
 async def run_bounded(
     work: Callable[[ToolDeadline], T], *, what: str, timeout_s: float, max_visits: int = 100_000
 ) -> T:
-    """Run ``work(deadline)`` in a worker thread; answer within the deadline; stop it when cancelled.
+    """Run ``work(deadline)`` in a worker thread; answer within the deadline; stop it when
+    cancelled.
 
     Args:
         work: the blocking work; it calls the deadline's checks often.

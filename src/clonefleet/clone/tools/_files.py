@@ -1,7 +1,7 @@
 """The file tools: ``file_read``, ``file_write``, ``file_edit`` and ``list_dir``.
 
-Every path goes through the launch-directory confinement of ``_confine`` (the check, then an open that
-follows no symbolic link and refuses a regular file with more than one hard link). Only regular
+Every path goes through the launch-directory confinement of ``_confine`` (the check, then an open
+that follows no symbolic link and refuses a regular file with more than one hard link). Only regular
 files are read or written: a named pipe or a device inside the launch directory is refused (opened
 with ``O_NONBLOCK``, so a pipe without a writer cannot hold the open). The work runs off the event
 loop under the call's deadline (``_tool.off_loop``).
