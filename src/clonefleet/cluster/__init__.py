@@ -26,12 +26,14 @@ from clonefleet.cluster._local import read_state as read_state
 from clonefleet.cluster._local import resolve_address as resolve_address
 from clonefleet.cluster._local import state_dir as state_dir
 from clonefleet.cluster._local import state_path as state_path
+from clonefleet.cluster._runtime import GC_THRESHOLDS as GC_THRESHOLDS
 from clonefleet.cluster._runtime import cache_dir as cache_dir
 from clonefleet.cluster._runtime import remote_runtime_env as remote_runtime_env
 from clonefleet.cluster._runtime import tune_collector as tune_collector
 
 __all__ = [
     "CALL_TIMEOUT_S",
+    "GC_THRESHOLDS",
     "NAMESPACE",
     "SCHEDULER_NAME",
     "START_TIMEOUT_S",

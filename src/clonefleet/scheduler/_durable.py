@@ -32,8 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from clonefleet.errors import JournalError
 from clonefleet.journal import read_journal
-from clonefleet.scheduler._events import Entry
-from clonefleet.scheduler._spill import spill_records, spilled_entries
+from clonefleet.scheduler._events import Entry, spill_records, spilled_entries
 from clonefleet.scheduler._state import JobRecord
 from clonefleet.scheduler._usage import Totals
 from clonefleet.vocab import JobState
@@ -357,7 +356,7 @@ class Durable:
         self._append(record)
 
     def events(self, first: int, entries: list[Entry]) -> None:
-        """Keep events that leave the scheduler's memory (see :mod:`._spill`)."""
+        """Keep events that leave the scheduler's memory (see :func:`~clonefleet.scheduler._events.spill_records`)."""
         if self.journal is None:
             return  # nothing is kept: not even the rows are made
         for record in spill_records(first, entries):

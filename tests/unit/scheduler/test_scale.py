@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from clonefleet.cluster._runtime import GC_THRESHOLDS
+from clonefleet.cluster import GC_THRESHOLDS
 from clonefleet.config import Config
 from clonefleet.errors import ClusterError
 from clonefleet.journal import Journal

@@ -7,8 +7,7 @@ import msgpack
 import pytest
 
 from clonefleet.scheduler import JobRecord
-from clonefleet.scheduler._events import EventLog
-from clonefleet.scheduler._spill import EVENT_CHUNK, spill_records, spilled_entries
+from clonefleet.scheduler._events import EVENT_CHUNK, EventLog, spill_records, spilled_entries
 
 pytestmark = pytest.mark.timeout(30)
 
