@@ -151,6 +151,8 @@ class LocalHost:
         self._gone: asyncio.Event | None = None
         self.resumed: dict[str, Any] = {}
         """Checkpoints this host was asked to resume from (unpacked), by job id."""
+        self._job_ids: list[str] = []
+        """Every job this host was asked to start."""
 
     def _alive(self) -> None:
         if self.dead:
@@ -161,8 +163,7 @@ class LocalHost:
         self.dead = True
         if self._gone is not None:
             self._gone.set()
-        for task in self.core._tasks.values():
-            task.cancel()
+        self.core.cancel(self._job_ids)
 
     async def start(
         self,
@@ -174,8 +175,8 @@ class LocalHost:
         self._alive()
         self.starts += 1
         self.resumed.update({k: state_of(v) for k, v in (resume or {}).items()})
-        self.core.start(specs, config, sim_script, resume)
-        return len(specs)
+        self._job_ids += [spec.job_id for spec in specs]
+        return self.core.start(specs, config, sim_script, resume)
 
     async def watch(self) -> None:
         """Return only when the host is killed, raising :class:`ClusterError`."""
