@@ -18,7 +18,7 @@ were; both read back the same.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from clonefleet.control import EventPage
@@ -131,6 +131,11 @@ class EventLog:
         if len(self._log) > self.max_events:
             self._trim()
         self._pulse.fire()
+
+    @property
+    def entries(self) -> Sequence[Entry]:
+        """The events in memory, oldest first (what a spill writes)."""
+        return self._log
 
     @property
     def base(self) -> int:

@@ -46,7 +46,7 @@ async def test_memory_holds_at_most_max_events_and_older_ones_are_read_back_in_o
     ids = list(jobs)
     for n in range(5000):
         log.record(ids[n % 3], {"type": "progress", "n": n})
-        assert len(log._log) <= 1000
+        assert len(log.entries) <= 1000
     events = await read_all(log)
     assert [e["seq"] for e in events] == list(range(5000))
     assert [e["event"]["n"] for e in events] == list(range(5000))
@@ -68,7 +68,7 @@ async def test_spilled_events_go_to_the_journal_and_a_new_log_numbers_after_them
     journal.close()
     _, replay = Journal.open(tmp_path / "j")
     restored = read_table(replay)
-    assert restored.events_next == log._base
+    assert restored.events_next == log.base
     again = EventLog(jobs, max_events=1000)
     again.continue_at(restored.events_next)
     again.record(ids[0], {"type": "usage", "n": -1})
@@ -86,7 +86,7 @@ async def test_a_jobs_events_share_its_ancestor_set_and_name_and_a_child_is_wrap
     log = EventLog(jobs, max_events=1000)
     for job_id in (parent, parent, other, child, child):
         log.record(job_id, {"type": "progress"})
-    sets = [entry[0] for entry in log._log]
+    sets = [entry[0] for entry in log.entries]
     assert sets[0] is sets[1] and sets[0] == {parent}  # made once, shared
     assert sets[2] == {other} and sets[3] is sets[4] and sets[3] == {child, parent}
     events = await read_all(log, {parent})
