@@ -1,33 +1,12 @@
 """Starting and connecting to Ray: the only place that calls ``ray.init`` and ``ray.shutdown``.
 
-With no address, clonefleet starts an embedded local Ray bound to 127.0.0.1 with the dashboard
-off, its session folder (logs, sockets) inside a folder only this user may enter, and stops it
-when the session ends. It starts lean: without Ray's API server, autoscaler monitor and (unless
-logs go to the driver) log monitor, none of which it uses (``_lean.py``). With an address
-(``auto``, ``ray://host:port``, or ``RAY_ADDRESS``) it joins an existing cluster and leaves it
-running.
-
-Token authentication (Ray's ``RAY_AUTH_MODE=token``):
-
-- an embedded instance runs with a fresh random token of its own, handed to Ray in the
-  ``RAY_AUTH_TOKEN`` environment variable for as long as the session lasts: nothing is written to
-  disk, and Ray never creates ``~/.ray/auth_token`` (which it would make with the default umask,
-  readable by every user);
-- the cluster ``clonefleet cluster up`` started is joined with its token file
-  (``RAY_AUTH_TOKEN_PATH``), found through the state file whenever the address is that cluster's;
-- any other address uses the caller's own Ray token settings (``RAY_AUTH_TOKEN``,
-  ``RAY_AUTH_TOKEN_PATH`` or ``~/.ray/auth_token``), sending the token when one is there.
-
-The session sets these ``RAY_AUTH_*`` variables only while it is connected and puts the caller's
-values back when it stops. A caller's explicit ``RAY_AUTH_MODE`` other than ``token`` (for
-example ``disabled``) is respected for an embedded instance.
-
-Signals: Ray's core worker would install C++ handlers in this process that print a stack dump
-on SIGTERM (and sometimes crash on the way out), and ``ray.init`` replaces the SIGTERM handler
-with its own ``sys.exit``; neither happens here, so a caller's Python handler keeps SIGTERM.
-An embedded instance leaves no process behind: whatever of it outlives ``ray.shutdown`` (or a
-start that failed or was interrupted) is killed, and a watchdog (``_reap.py``) does the same
-if this process dies without stopping it.
+With no address, clonefleet starts an embedded local Ray bound to 127.0.0.1 (started lean,
+``_lean.py``) and stops it when the session ends, leaving no process behind (``_reap.py``).
+With an address (``auto``, ``ray://host:port``, or ``RAY_ADDRESS``) it joins an existing
+cluster and leaves it running. The session sets Ray's token variables (``RAY_AUTH_*``) only
+while it is connected and puts the caller's values back when it stops; it keeps Ray's signal
+handlers out of this process. See docs/cluster.md, "Embedded (the default)" and "Token
+authentication".
 """
 
 from __future__ import annotations

@@ -1,30 +1,11 @@
 """A leaner start for the embedded Ray instance: what a one-machine run does not use is not started.
 
-``ray.init`` on this machine spends most of its 4–5 s waiting, not working (docs/cluster.md,
-"Embedded start-up"):
-
-- it starts Ray's HTTP API server (the job-submission and state API behind the dashboard) even
-  with the dashboard off, and waits up to a second and a half for it before the node starts;
-- it starts the autoscaler's monitor, which an embedded instance of fixed size never uses and
-  which then does not stop on SIGTERM, so ``ray.shutdown`` waits its full second of grace for it;
-- it starts the log monitor, which sends the workers' output to the driver, even when the
-  driver asked for none (``log_to_driver=False``, clonefleet's default): half a second of CPU
-  on a two-core machine where the start-up is short of CPU;
-- it asks the GCS whether the new node has registered, and when not yet, sleeps a whole second
-  before asking again;
-- every process reports each task's state changes to the GCS (for the state API and timeline,
-  which the API server serves) and collects metrics for the dashboard's agent; at the end the
-  driver flushes its task events, which made ``ray.shutdown`` take 0.4–0.65 s instead of
-  0.1–0.16 s.
-
-:func:`lean_local_start` wraps one ``ray.init`` of an embedded instance: none of those
-processes starts (the log monitor does when logs go to the driver), the node's registration is
-polled every :data:`REGISTRATION_POLL_S` so Ray's own check finds it on its first try, and it
-gives the ``ray.init`` keywords (:data:`LEAN_SYSTEM_CONFIG`) that turn task events and metrics
-off. Every change is to a method of Ray's ``Node`` class, put back when the ``with`` block
-ends; a Ray version without those methods is started the usual way (only the settings apply),
-and ``CLONEFLEET_LEAN_RAY=0`` turns the whole thing off. A cluster clonefleet joins, or one
-``clonefleet cluster up`` starts, is never touched.
+:func:`lean_local_start` wraps one ``ray.init`` of an embedded instance: Ray's API server,
+autoscaler monitor and (unless logs go to the driver) log monitor are not started, the node's
+registration is polled every :data:`REGISTRATION_POLL_S`, and :data:`LEAN_SYSTEM_CONFIG` turns
+task events and metrics off. The changes are to methods of Ray's ``Node`` class, put back when
+the ``with`` block ends; ``CLONEFLEET_LEAN_RAY=0`` turns them off. Why each, and what it saves:
+docs/cluster.md, "Embedded start-up".
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """A persistent local Ray cluster on this machine: ``clonefleet cluster up|down|status``.
 
-``up`` starts a small daemon process that holds a head node and ``nodes - 1`` worker nodes, all
-bound to 127.0.0.1 on distinct ports, and records the address in a state file; later
-invocations (``run --detach``, ``jobs``, ``events``) find it there. ``down`` asks the daemon to
-stop its nodes, and nothing else: other Ray instances on the machine are left alone.
-
-The cluster runs with Ray's token authentication: ``up`` writes a fresh random token to
-``auth_token`` next to the state file, readable by its owner only (mode 0600, created that way,
-never widened), and every node reads it through ``RAY_AUTH_TOKEN_PATH``. A client without that
-token, or with another, is refused by every node's RPC and HTTP servers. ``down`` removes it.
-
-This module does not import Ray; the daemon (``_daemon.py``) does.
+``up`` starts a small daemon process (``_daemon.py``) that holds a head node and ``nodes - 1``
+worker nodes on 127.0.0.1, writes a fresh token file (mode 0600) and records the address in a
+state file, where later invocations find it; ``down`` asks the daemon to stop its nodes and
+removes the token. This module does not import Ray. See docs/cluster.md, "A persistent local
+cluster" and "Token authentication".
 """
 
 from __future__ import annotations

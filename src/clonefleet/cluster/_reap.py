@@ -1,16 +1,11 @@
 """Ending what is left of an embedded Ray instance: found by the files it holds open.
 
-An embedded instance's processes (GCS, raylet, workers, and the raylet's dashboard and
-runtime-environment agents) all hold log files open inside the instance's session folder,
-which Ray names after the process that started it (``session_<date>_<pid>``). Ray renames the
-agents and workers (their command lines and environments no longer say what they are), and
-when the starting process dies without stopping Ray, the agents live on for about a minute,
-trying to report the raylet's death to a GCS that is gone. The folder is what still tells.
-
-This file imports nothing but the standard library and also runs as a script: the watchdog an
-embedded session starts (``python -I -S _reap.py --owner PID --temp-dir DIR``) waits for its
-standard input to close (the owner stopped or died) and then ends whatever of the owner's
-instance is left. It does not import Ray and never signals a process of another user.
+Every process of an embedded instance holds log files open inside its session folder, which Ray
+names after the process that started it; that folder is how they are found. This file imports
+only the standard library and also runs as the watchdog script an embedded session starts
+(``python -I -S _reap.py --owner PID --temp-dir DIR``): when its standard input closes it ends
+what is left of the owner's instance. It never signals a process of another user. See
+docs/cluster.md, "Embedded (the default)".
 """
 
 from __future__ import annotations
