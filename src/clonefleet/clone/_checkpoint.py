@@ -1,15 +1,11 @@
 """Clone checkpoints: a clone's state after a finished turn as plain data, and its restore.
 
-A checkpoint is what a restarted clone needs to continue the run on another host
-(docs/durability.md): its context, compaction summary, loaded skills, visible tools, exit judge
-counters, usage, turn count, progress, todo list, model and failover cursor, warnings and the ids
-of the inbox deliveries already in its context. It holds only dicts with string keys, lists, strings,
-numbers, booleans and ``None``, so the scheduler can journal it as msgpack or JSON.
-
-The clone hands its state over as a :class:`CloneState` (:func:`checkpoint_data` makes the plain
-data of it) and takes it back from :func:`read_checkpoint`, which trusts nothing: a checkpoint
-comes back from disk, so every field is checked before the clone applies any, and one that fails
-a check leaves the clone as a fresh start.
+The clone hands its state over as a :class:`CloneState`; :func:`checkpoint_data` makes plain
+data of it (dicts with string keys, lists, strings, numbers, booleans and ``None``, so the
+scheduler can journal it as msgpack or JSON). :func:`read_checkpoint` takes it back and trusts
+nothing: every field is checked before the clone applies any, and a checkpoint that fails a
+check leaves the clone as a fresh start. What a checkpoint holds: docs/durability.md, "Clone
+checkpoints".
 """
 
 from __future__ import annotations

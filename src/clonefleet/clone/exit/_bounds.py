@@ -1,16 +1,10 @@
-"""Exit payload validation bounded in size and time (docs/definitions.md, exit schema limits).
+"""Exit payload validation bounded in size and time.
 
-The clone checks every ``exit_tool`` call against the exit schema, with a payload the model
-chooses, so the check must end soon whatever the two hold. Three guards:
-
-- :func:`payload_problem` refuses a payload over the size and depth caps before any validation;
-- :class:`BoundedValidator`, a Draft 2020-12 validator whose every keyword and type check looks
-  at the deadline set by :func:`deadline` (a passed deadline raises :class:`OutOfTime`), whose
-  regular expressions (``pattern``, ``patternProperties``, and the property matching of
-  ``additionalProperties`` and ``unevaluatedProperties``) run on the ``regex`` engine with the
-  time left as its ``timeout``, and whose ``uniqueItems`` hashes items once (linear, where
-  jsonschema's fallback compares every pair);
-- the definition loader refuses schemas that are pathological on their face (``definitions``).
+:func:`payload_problem` refuses a payload over the size and depth caps before any validation.
+:class:`BoundedValidator` is a Draft 2020-12 validator whose every keyword and type check looks
+at the deadline set by :func:`deadline` (a passed deadline raises :class:`OutOfTime`), whose
+regular expressions run on the ``regex`` engine with the time left as their timeout, and whose
+``uniqueItems`` hashes each item once. See docs/definitions.md, "Exit schema limits".
 """
 
 from __future__ import annotations

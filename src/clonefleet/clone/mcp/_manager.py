@@ -132,13 +132,10 @@ class McpManager:
     ) -> dict[str, Tool]:
         """The MCP tools a clone of ``spec`` is granted, by name, starting the servers it needs.
 
-        The clone's servers are those of ``configured`` (the config's ``mcp_servers``) and
-        those its spec declares (``spec.mcp_servers``; an entry ``(name, {})`` names a configured
-        server). Its grants are ``spec.tools``: ``mcp__<server>__<tool>``, ``mcp__<server>``
-        (every tool of the server), ``tag!ALL_MCP`` (every tool of every server and the resource
-        tools) and the resource tools by name. A granted tool of a server that cannot start now
-        still appears and answers with the failure; a shorthand grant of a server that never
-        listed its tools gets one such tool, ``mcp__<server>``.
+        The clone's servers are those of ``configured`` (the config's ``mcp_servers``) and its spec's
+        own (``spec.mcp_servers``; an entry ``(name, {})`` names a configured server); its grants are
+        ``spec.tools`` (docs/mcp.md, "Which tools a clone gets"). A granted tool of a server that cannot
+        start now still appears and answers with the failure (docs/mcp.md, "Failures are tool errors").
 
         Returns:
             the tools by name; empty (at no cost) when nothing MCP is granted.

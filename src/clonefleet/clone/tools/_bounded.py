@@ -1,16 +1,10 @@
 """Running a file tool's work off the event loop, bounded in time and stoppable.
 
-A host runs many clones on one event loop, so a tool must never hold that loop: the work of the
-file tools runs in a worker thread of a small pool of its own (not the loop's default executor,
-which the host's HTTP clients use for name resolution). A thread cannot be killed, so the work is
-cooperative: it gets a :class:`ToolDeadline` and calls :meth:`ToolDeadline.check` often (per
-directory entry, per line); a cancelled clone sets the deadline's cancel flag, a passed deadline
-fails the check, and the work ends at its next check. Regular-expression matching is the one step
-that could run long between checks; it uses the ``regex`` package, which releases the GIL while
-matching and takes a ``timeout`` (see ``_search``).
-
-The caller never waits past the deadline either: should the work be stuck in a system call, the
-call still answers with a tool error when the deadline (plus a short grace) has passed.
+:func:`run_bounded` runs the work in a worker thread of the file tools' own small pool. The work
+is cooperative: it calls :meth:`ToolDeadline.check` often (per directory entry, per line) and
+ends at its next check once the deadline has passed or the clone was cancelled; the caller
+answers within the deadline (plus a short grace) even when the work is stuck. See
+docs/architecture.md, "Tools a clone can call".
 """
 
 from __future__ import annotations

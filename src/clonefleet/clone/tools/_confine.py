@@ -1,21 +1,10 @@
 """The launch-directory sandbox of the file tools: every path a tool touches goes through here.
 
 :func:`resolve_inside` is the check (``..``, absolute paths, prefix tricks and symbolic links that
-leave the launch directory are refused); :func:`open_checked` is the use. It opens the checked path
-one component at a time from a descriptor of the launch directory, each with ``O_NOFOLLOW``, so a
-directory or file swapped for a symbolic link between the check and the open is refused too
-(the ``openat`` walk that ``RESOLVE_BENEATH`` would do in one call).
-
-A hard link is not a path: a name inside the launch directory can share its file with a name
-outside it, and no walk of the path can tell. So a regular file with more than one link
-(``st_nlink > 1``, read with ``fstat`` on the opened descriptor, so nothing can change between
-the check and the use) is refused for reading and for writing, even when every name of it happens
-to be inside; copy such a file (``cp``) to work on it. A write never truncates before that check:
-``O_TRUNC`` is applied with ``ftruncate`` after it, so opening a hard link to write changes nothing.
-A file that gains a second link after the check was inside when it was opened; that is allowed.
-
-The ``shell`` tool is not confined by this module: it starts in the launch directory and can do
-whatever its command does. Grant it only to definitions you would let run commands.
+leave the launch directory are refused); :func:`open_checked` is the use: it opens the checked
+path one component at a time with ``O_NOFOLLOW`` and refuses a regular file with more than one
+hard link, truncating a file only after that check. The ``shell`` tool is not confined by this
+module. See docs/architecture.md, "Tools a clone can call".
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The search tools: ``glob`` (names) and ``grep`` (contents), bounded and off the event loop.
 
-Both walk the launch directory themselves rather than through ``pathlib``: each directory is opened
-through the sandbox (no symbolic link followed, nothing outside listed), every entry looked at is
-counted against the call's :class:`ToolDeadline` (``ToolContext.max_visits``, the deadline, the
-cancel flag), and each (directory, pattern position) pair is walked once, so stacked ``**`` cannot
-multiply the work.
-A pattern may hold at most two ``**`` segments.
-
-``grep`` matches with the ``regex`` package: it releases the GIL while matching (other clones'
-coroutines keep running) and takes a ``timeout``, so one search over one line is cut off after
-``ToolContext.match_timeout_s`` (a pattern that backtracks catastrophically answers with a tool
-error instead of spinning), and a cancelled clone's search ends within that time.
+Both walk the launch directory themselves: each directory is opened through the sandbox, every
+entry looked at is counted against the call's :class:`ToolDeadline`, and each (directory,
+pattern position) pair is walked once; a pattern may hold at most two ``**`` segments. ``grep``
+matches with the ``regex`` package, each line within ``ToolContext.match_timeout_s``. See
+docs/architecture.md, "Tools a clone can call".
 """
 
 from __future__ import annotations

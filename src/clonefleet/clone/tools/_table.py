@@ -1,23 +1,9 @@
 """The built-in work tools, by name, and what every tool module shares.
 
 This module holds the table of the work tools (their model-facing specs and the coroutines that
-run them) and re-exports :class:`Tool`, :class:`ToolContext` and :func:`tool_from_function`. The
-tools themselves live by responsibility: ``_files`` (read, write, edit, list), ``_search`` (glob,
-grep), ``_shell`` (commands, background shells; their processes in ``_shell_processes``),
-``_notebook`` (``notebook_edit``), ``_todos`` (``todo_write``), ``_web`` (``web_fetch``,
-``web_search``; the host's HTTP client in ``_web_access``) and ``_from_function`` (Python
-functions as tools); ``_tool`` holds the shared types and a clone's state behind the stateful
-tools, and ``_bounded`` runs work off the event loop under a :class:`ToolDeadline`.
-
-Every path goes through the launch-directory confinement of ``_confine`` (the check, then an open
-that follows no symbolic link and refuses a file with more than one hard link). Control tools
-(``exit_tool``, ``progress_update``, ``tool_search``, ``skill``) are run by the agent loop
-(``_loop``, ``_control``).
-
-The ``shell`` tool (and a background shell) starts in the launch directory but is not otherwise
-confined: a command can read or write anything the host process can. Grant it only where that is
-acceptable. ``web_fetch`` and ``web_search`` answer an error until the config's ``web`` section
-turns them on.
+run them) and re-exports :class:`Tool`, :class:`ToolContext` and :func:`tool_from_function`.
+The control tools (``exit_tool``, ``progress_update``, ``tool_search``, ``skill``) are run by
+the agent loop. What each tool does, and how far it is confined: docs/definitions.md, "Tools".
 """
 
 from __future__ import annotations

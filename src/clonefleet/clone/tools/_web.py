@@ -2,18 +2,9 @@
 
 Both are off until the config's ``web`` section turns them on; until then they answer a tool
 error naming the key to set. A :class:`~clonefleet.clone.tools._web_access.WebAccess` per clone
-host holds the section and one HTTP client shared by its clones (``_web_access``).
-
-``web_fetch`` sends a GET to an allowed host only (``web.allow_domains``), follows at most
-``web.max_redirects`` redirects, reads at most ``web.max_fetch_bytes`` of the body and gives up
-after ``web.fetch_timeout_s`` for the whole call (a slow drip included). Every URL it requests,
-each redirect's included, passes the allow list and the clone's permission policy, and every
-address it connects to is checked as it connects: a loopback, private or link-local address only
-for a host or address ``web.allow_domains`` names exactly, and none a deny rule names
-(docs/permissions.md#web-fetches). HTML becomes Markdown (``beautifulsoup4`` then ``markdownify``, off the
-event loop); other text types are returned as they are; binary types are refused. The
-``prompt`` argument is not run by a second model here: it is returned above the page, for the
-clone's own model to apply.
+host holds the section and one HTTP client shared by its clones. Every URL ``web_fetch``
+requests, and every address it connects to, passes the allow list and the clone's permission
+policy. See docs/definitions.md, "Tools" (**Web**), and docs/permissions.md, "Web fetches".
 """
 
 from __future__ import annotations
