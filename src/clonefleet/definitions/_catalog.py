@@ -1,17 +1,11 @@
 """Discovery and precedence of definitions, and the :class:`Catalog` a run looks agents up in.
 
-Search order, later replacing earlier by name (docs/definitions.md): shipped, ``$XDG_CONFIG_HOME/
-clonefleet/subagents``, ``discovery.extra_subagents_dirs``, each ``--subagents-dir``, the
-project's ``.clonefleet/subagents``, definitions registered in code, then config
-``subagents.<name>``. A per-file failure is recorded with its reason and never stops the rest.
-A definition that came with an untrusted project and asks for an MCP server is held back and
-blocks its name (``._trust``).
-
-Decisions where the spec is silent: relative ``extra_subagents_dirs`` are resolved against the
-config file's folder (or ``cwd`` without a file); the symlink policy applies to the files inside a
-folder, while a searched folder that is itself a link is followed; a folder searched twice counts
-at its last position; all files of one folder that define the same name are rejected
-(``name-collision``) and an earlier layer's definition of it stays.
+Sources are searched in order, a later definition replacing an earlier one by name: shipped,
+the user's folder, ``discovery.extra_subagents_dirs``, each ``--subagents-dir``, the project's
+``.clonefleet/subagents``, definitions registered in code, then config ``subagents.<name>``. A
+per-file failure is recorded with its reason and never stops the rest; a definition that came
+with an untrusted project and asks for an MCP server is held back and blocks its name
+(``._trust``). See docs/definitions.md, "Discovery and precedence".
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """The guarded Jinja2 sandbox every task prompt and native body is rendered in.
 
-On top of ``ImmutableSandboxedEnvironment`` (no ``_``-attributes, no mutation of lists/dicts) and
-``StrictUndefined`` this module routes *every* operation a template can do through the checks of
-``_render_budget``, ``_sizes``, ``_format_limits`` and ``_operator_limits`` (under the caps of
-``_limits``), because one C-level call (``str.replace``, ``%``, ``==``, ``sorted``, an encoder)
-runs to its end once started, whatever the deadline says:
-
-* before it runs, each operation's worst case is bounded from its operands' sizes: ``range`` is
-  capped; ``*``, ``**``, ``+`` and ``%`` refuse results over the caps; ``str.format`` and ``%``
-  size their result from the values each field converts (a field may repeat a value); comparisons
-  and ``in`` walk only values within the caps; string methods come from an allow-list with padding
-  widths, ``replace`` and codecs checked (only plain text codecs); every filter checks its input
-  and arguments (a filter that iterates takes at most ``MAX_ITEMS`` items, an iterator is counted
-  as it is consumed) and the amplifying ones size their result first; call arguments are checked,
-  and ``*args``/``**kwargs`` are counted before they are expanded;
-* between operations, every loop iteration, call, filter, comparison, attribute/item access,
-  slice and join checks the render's deadline and memory;
-* after it runs, every result is checked against the caps (``_sizes.check_len``);
-* constant folding is off, so nothing runs at compile time, outside the budget.
-
-The guarded filters and tests live in ``_sandbox_filters``; rendering itself (variables,
-batches, the output count) lives in ``_render``.
+On top of ``ImmutableSandboxedEnvironment`` and ``StrictUndefined``, this module routes every
+operation a template can do through the checks of ``_render_budget``, ``_sizes``,
+``_format_limits`` and ``_operator_limits`` (under the caps of ``_limits``): each operation's
+worst case is bounded from its operands' sizes before it runs, the render's deadline and memory
+are checked between operations, every result is checked after, and constant folding is off.
+The guarded filters and tests are in ``_jinja_filters``; rendering is in ``_render``. See
+docs/definitions.md, "Templating".
 """
 
 from __future__ import annotations

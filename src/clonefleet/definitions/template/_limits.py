@@ -1,23 +1,11 @@
 """The caps a template render runs under, and the error a render stops with past one.
 
 A template is untrusted input (a nested spawn's prompt is written by a model), so its work and
-memory are bounded. Two kinds of check do it:
-
-* **Between operations**: a wall-clock budget per render (``_render_budget``), held in a context
-  variable and checked by every loop iteration, call, filter, attribute or item access,
-  comparison and join. The budget also counts the bytes of every value the render's operations
-  make (``_sizes.charge``) and stops the render past :data:`MAX_RENDER_MEMORY` (so values kept in
-  variables cannot pile up), and it samples the process's resident memory every 20 ms as a
-  second net.
-* **Before each operation**: one C-level call (``str.replace``, ``%``, ``==``, ``sorted``, an
-  encoder...) cannot be interrupted, so its worst case is computed from its operands' sizes
-  *before* it runs (``_sizes``, ``_format_limits``, ``_operator_limits``), and an operation that
-  could produce more than :data:`MAX_OUTPUT_CHARS` characters, hold more than :data:`MAX_ITEMS`
-  objects or take superlinear time is refused. Every value a template holds stays within these
-  caps (each is checked where it is made), so the worst case of every operation on them is a
-  linear pass over a few MiB.
-
-``_sandbox`` wires these checks into Jinja2; ``_render`` sets the budget and counts output.
+memory are bounded: between operations by a per-render budget of time and memory
+(``_render_budget``), and before each operation by its worst case computed from its operands'
+sizes (``_sizes``, ``_format_limits``, ``_operator_limits``) against :data:`MAX_OUTPUT_CHARS`
+and :data:`MAX_ITEMS`. ``_jinja_env`` wires these checks into Jinja2; ``_render`` sets the
+budget and counts output. See docs/definitions.md, "Templating".
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """A static, conservative check for regular expressions that can backtrack catastrophically.
 
 An exit schema's ``pattern`` and ``patternProperties`` are matched against payloads a model
-chooses, by a backtracking engine, so a pattern whose quantified part can match one text in
-many ways (``(a+)+``, ``(a*)*``, ``(a|a)*``, ``(.*)*``) can take exponential time. The check reads
-the pattern with the standard library's own parser (``re._parser``) and flags, inside any part
-quantified more than once (``*``, ``+``, ``{m,n}``, ``{m,}``, ``{n}`` with n > 1):
-
-- a part that can match the empty string (``(a?)*``, ``(.*)*``);
-- a nested quantifier with a variable count that is not *guarded*: guarded means the character
-  that must come right after it can never be one it matches (``([a-z]+\\.)+`` is guarded by
-  the dot; ``(a+)+``, ``(\\d+,?)+`` and ``(\\w+\\s?)*`` are not);
-- an alternation whose branches can start with the same character, or can be empty
-  (``(a|a)*``, ``(ab|a)*``, ``(a|b?)+``);
-
-and anywhere, a backreference (``\\1``, ``(?P=name)``, ``(?(1)...)``). A possessive quantifier
-(``a++``, ``(?:...)*+``) and an atomic group (``(?>...)``) never backtrack, so what they contain
-does not count as nested. Character classes are compared approximately (``\\d``, ``\\w``, ``\\s``
-by their Unicode meaning); when in doubt the check assumes they overlap. Polynomial patterns
-(``\\d*\\d*\\d*x``) pass: the clone bounds every match in time at validation.
+chooses. The check reads a pattern with the standard library's own parser (``re._parser``) and
+flags what can match one text in many ways inside a part quantified more than once (a part that
+can match nothing, an unguarded nested quantifier, alternatives that can start alike), and any
+backreference; when in doubt it assumes the worst. What it flags and what passes:
+docs/definitions.md, "Exit schema limits".
 """
 
 from __future__ import annotations
