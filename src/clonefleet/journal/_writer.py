@@ -353,15 +353,9 @@ class Journal:
     async def compact(self, snapshot: Iterable[dict[str, Any]]) -> None:
         """Replace everything journaled so far with ``snapshot``, the whole live state.
 
-        Steps, each safe to crash after:
-
-        1. encode the snapshot records (on the event loop, so they are read at this moment);
-        2. start segment N: records appended from now on go there, and what was pending before
-           is written and fsynced to the old segment;
-        3. write ``snap-N.cfj.tmp`` and fsync it, rename it to ``snap-N.cfj``, fsync the folder;
-        4. delete every older segment and snapshot, fsync the folder.
-
-        Compactions run one at a time.
+        The snapshot is encoded at once (read at this moment), then written as ``snap-N.cfj`` beside
+        a new segment N, and older files are deleted; each step is safe to crash after
+        (docs/durability.md, "Compaction"). Compactions run one at a time.
 
         Raises:
             JournalError: a snapshot record cannot be encoded (nothing changed then), or a write

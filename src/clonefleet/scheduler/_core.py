@@ -1,15 +1,11 @@
 """The scheduler core: the pool of slots and job control over the job table.
 
-:class:`SchedulerCore` is plain async Python and implements :class:`~clonefleet.control.JobControl`
-itself. Its state about jobs is the :class:`~clonefleet.scheduler._table.JobTable` it owns
-(``_table.py``); it answers the read calls through :class:`~clonefleet.scheduler._queries.JobQueries`
-and stops jobs through :class:`~clonefleet.scheduler._stops.JobStops`, each given the table and
-the core's callbacks. It reaches clone hosts only through :class:`~clonefleet.host.HostCalls`
-(see ``_hosts.py``), so tests drive it with in-process hosts and the Ray shell gives it
-actor-backed ones; events go to the log of ``_events.py``. It owns which job runs where and
-when; it never renders a template: the client renders a user's batch before submitting (so
-nothing starts on a render error), and the parent's clone host renders a nested spawn
-(``_nested.py``).
+:class:`SchedulerCore` is plain async Python and implements :class:`~clonefleet.control.JobControl`.
+It owns the :class:`~clonefleet.scheduler._table.JobTable`, reaches clone hosts only through
+:class:`~clonefleet.host.HostCalls` (in-process hosts in tests, actor-backed ones under Ray) and
+decides which job runs where and when. It never renders a template: the client renders a user's
+batch, and the parent's clone host a nested spawn. See docs/architecture.md, "Actors and what
+each owns".
 """
 
 from __future__ import annotations

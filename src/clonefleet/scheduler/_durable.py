@@ -1,23 +1,10 @@
 """What the scheduler writes to its journal, and the job table read back from it.
 
-The scheduler appends one record per fact (docs/durability.md):
-
-- ``batch``: a submitted batch: its id, time, budget and one plain row per job (what ``jobs
-  list`` shows; ``base`` holds what every row shares, written once), preceded by ``part``
-  records holding its pickled submission (specs, config, definitions; 16 MiB a record) that
-  lets a restarted scheduler start its unfinished jobs again; the batch's job ids are returned
-  to the caller only after these are on disk;
-- ``run``: a job started running (its host);
-- ``ckpt``: a clone's latest checkpoint (after a turn);
-- ``restart``: a job whose host died was started again;
-- ``end``: a job reached its terminal state; the row carries its whole run record, result
-  included, and ``bt`` its batch's usage totals then. The first ``end`` of a job wins on
-  replay: a result is recorded once;
-- ``evict``: a finished batch left the table (retention).
-
-:func:`fold` turns the records back into a :class:`Table` without Ray and without unpickling
-anything, so ``clonefleet jobs`` can read finished results when no cluster runs; the restarted
-scheduler unpickles a batch's submission only to run its unfinished jobs again.
+The scheduler appends one record per fact (``part`` and ``batch``, ``run``, ``ckpt``,
+``restart``, ``end``, ``evict``, ``events``); what each holds is in docs/durability.md, "What the
+journal holds". :func:`fold` turns the records back into a :class:`Table` without Ray and without
+unpickling anything, so ``clonefleet jobs`` can read finished results when no cluster runs; the
+restarted scheduler unpickles a batch's submission only to run its unfinished jobs again.
 """
 
 from __future__ import annotations

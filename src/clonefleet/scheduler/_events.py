@@ -2,17 +2,10 @@
 
 An event of a nested job is wrapped once per ancestor, so a reader following a batch sees its
 descendants' events inside their parents' envelopes. Readers page with a cursor (the position
-after the last event they saw) and may wait for the next event instead of polling.
-
-Events that leave the scheduler's memory become journal records (:func:`spill_records`) and are
-read back from them (:func:`spilled_entries`); see docs/durability.md. A record holds up to
-:data:`EVENT_CHUNK` events. The envelope fields an event is wrapped in are the same for every
-event of a job (its id, type, name, batch and parent), so a record writes them once per job
-(``hd``: the job and its ancestors, and the outermost envelope without its ``event`` and
-``seq``) and each event as ``[seq, index into hd, type, event]``. Spilling 100,000 events took
-0.8 s of the scheduler's CPU with the whole envelope in every row. A row whose envelope has
-other fields is written whole, ``[seq, jobs, type, envelope]``, as records before this format
-were; both read back the same.
+after the last event they saw) and may wait for the next event instead of polling. Events that
+leave the scheduler's memory become journal records of up to :data:`EVENT_CHUNK` events
+(:func:`spill_records`) and are read back from them (:func:`spilled_entries`); the record's
+format is in docs/durability.md, "What the journal holds".
 """
 
 from __future__ import annotations
