@@ -1,18 +1,12 @@
 """A lean HTTP/1.1 client for the providers' one kind of request: POST a JSON body, read the answer.
 
-A clone host sends thousands of concurrent chat requests to one or two servers. aiohttp's client
-spent about 330 µs of CPU per request at that concurrency (its request and response objects,
-timers, payload registry and header multidicts); this client keeps one pool of keep-alive
-connections per provider, writes a request as one pre-encoded head plus the body, and parses
-answers with ``httptools`` (the llhttp parser in C), for about a third of that
-(``benchmarks/http_concurrency.py``). It does exactly what a provider needs and nothing more: no
-redirects, cookies, proxies or compression (it does not ask for any). Chunked and
-read-until-close bodies, ``https`` (the system's trust store) and ``1xx`` interim answers work.
-
-Failures are plain exceptions for the provider to translate: ``OSError`` (cannot connect, or the
-connection was lost before the whole answer arrived) and :class:`HTTPProtocolError` (not HTTP, or
-an answer larger than the caps). The caller bounds each request in time; a cancelled request
-closes its connection, since its state is then unknown.
+It keeps one pool of keep-alive connections per provider, writes a request as one pre-encoded
+head plus the body and parses answers with ``httptools``; chunked and read-until-close bodies,
+``https`` and ``1xx`` interim answers work, and redirects, cookies, proxies and compression do
+not (docs/benchmarks.md, "HTTP clients"). Failures are plain exceptions for the provider to
+translate: ``OSError`` (cannot connect, or the connection was lost before the whole answer
+arrived) and :class:`HTTPProtocolError` (not HTTP, or an answer larger than the caps). The caller
+bounds each request in time; a cancelled request closes its connection.
 """
 
 from __future__ import annotations

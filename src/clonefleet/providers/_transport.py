@@ -247,10 +247,9 @@ def make_client(
 ) -> httpx.AsyncClient:
     """An ``httpx.AsyncClient`` for many concurrent requests.
 
-    The default transport is ``httpx_aiohttp.AiohttpTransport``. At 1,000 concurrent requests
-    httpx's own connection pool spent about 23 ms of client CPU per request (25 s for the batch)
-    against 0.5-0.6 ms on aiohttp (``benchmarks/http_concurrency.py``). The aiohttp session is
-    created on the first request, in the event loop that makes it.
+    The default transport is ``httpx_aiohttp.AiohttpTransport``, far cheaper in CPU than httpx's own
+    pool at a thousand concurrent requests (docs/benchmarks.md, "HTTP clients"). The aiohttp
+    session is created on the first request, in the event loop that makes it.
 
     Args:
         max_connections: connection-pool size (also the keep-alive pool size).
