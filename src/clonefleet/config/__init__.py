@@ -1,21 +1,11 @@
 """The clonefleet configuration file: providers, models, model groups, limits, discovery.
 
-This package owns finding, reading and validating the YAML config and the embedded defaults used when no
-file exists (provider ``sim``, models ``sim-small``/``sim-large``, group ``default``). It does
-not reach any provider; ``clonefleet.clone`` turns a resolved model into a live client.
-
-The file is found, in order: ``--config FILE``, ``$CLONEFLEET_CONFIG``, ``.clonefleet/config.yaml``
-in the working directory, ``$XDG_CONFIG_HOME/clonefleet/config.yaml``. None is fine. A project's
-file (the third) may not add a network provider or change a provider's ``base_url`` or
-``api_key_env``, add an MCP server or set a simulation script unless its folder is in the trust
-records (``clonefleet trust``).
-
-Modules: ``_schema`` (the schema), ``_load`` (finding and reading), ``_trust_records`` (the
-trusted project folders: reading, adding, revoking), ``_trust_needs`` (what a project's config asks
-for that only trust allows), ``_files`` (bounded reading of user files and YAML), ``_urls`` (the
-URL rule of providers and MCP servers), ``_web`` (the ``web`` section: the web tools' allow-list,
-caps and search backend), ``_mcp`` (an MCP server entry), ``_permissions`` (the ``permissions``
-section).
+This package finds, reads and validates the YAML config, and holds the embedded defaults used
+when no file exists (provider ``sim``, models ``sim-small``/``sim-large``, group ``default``). It
+reaches no provider: ``clonefleet.clone`` turns a resolved model into a live client. A project's
+own file may ask for what only trust allows (a network provider, an MCP server, ...) only once
+its folder is trusted (``clonefleet trust``). See docs/config.md, "Where the file is found" and
+"Trusting a project's config".
 """
 
 from __future__ import annotations

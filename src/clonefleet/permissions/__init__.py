@@ -1,16 +1,11 @@
-"""The permission policy: one engine for a clone and every subagent it spawns (docs/permissions.md).
+"""The permission policy: one engine for a clone and every subagent it spawns.
 
 A :class:`Policy` is a stack of layers: the config's ``permissions``, then the layer of each
-definition down the spawn chain. A tool call is allowed only when every layer allows it, so a
-child can never get more than its parent: its policy is its parent's with one more layer. Within
-a layer, and across layers, deny wins. A rule is ``Tool``, ``Tool(pattern)`` or an MCP name with
-``*`` wildcards, written as in Claude Code settings (``Bash(git diff:*)``, ``Read(./src/**)``,
-``WebFetch(domain:example.com)``, ``mcp__github__*``). Matching never runs a user's regular
-expression and every input it reads is capped, so a hostile rule or argument cannot hang a clone.
-
-Modules: ``_rules`` (parsing rules), ``_match`` (matching a call's arguments), ``_policy`` (layers
-and the decision). This package imports only the standard library and the shared vocabulary and
-errors, so every layer may use it.
+definition down the spawn chain. A tool call is allowed only when every layer allows it, and deny
+wins. Rules are written as in Claude Code settings (``Bash(git diff:*)``, ``Read(./src/**)``).
+Matching never runs a user's regular expression and every input it reads is capped. This package
+imports only the standard library and the shared vocabulary and errors, so every layer may use
+it. See docs/permissions.md.
 """
 
 from __future__ import annotations
