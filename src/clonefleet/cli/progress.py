@@ -1,17 +1,11 @@
-"""What ``clonefleet run`` shows while its batch runs (docs/cli.md).
+"""What ``clonefleet run`` shows while its batch runs.
 
-:func:`watch` reads the batch's events page by page and keeps a :class:`Tally` of it; views
-show that tally: on a terminal one ``rich`` live region (a rolling panel of the latest progress
-lines above one progress bar, :class:`LiveView`) with each failure printed above it as it
-happens; elsewhere a plain line every few seconds (:class:`PlainView`). ``exec: progress {...}``
-lines (:class:`ExecLines`) go to stderr when it is not a terminal, or with ``--progress-lines``.
-Records are written (``--json``, ``--out``) as each job ends. The end-of-run summary is
-:mod:`clonefleet.cli.summary`'s.
-
-Each view writes at most every :data:`REFRESH_S` (plain lines every :data:`PLAIN_EVERY_S`), so
-a batch of 10,000 clones costs a few redraws a second, not one per event. Text from clones
-(progress summaries, errors) is shown as plain text with control characters escaped, never read
-as markup.
+:func:`watch` reads the batch's events page by page and keeps a :class:`Tally` of them; a view
+shows it: on a terminal :class:`LiveView` (redrawn at most every :data:`REFRESH_S`), elsewhere
+:class:`PlainView` (a line every :data:`PLAIN_EVERY_S`), and :class:`ExecLines` writes the
+``exec: progress`` lines. Records are written as each job ends; the end-of-run summary is
+:mod:`clonefleet.cli.summary`'s. Text from clones is shown as plain text with control
+characters escaped, never read as markup. See docs/cli.md, "``clonefleet run``".
 """
 
 from __future__ import annotations

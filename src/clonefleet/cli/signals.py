@@ -1,15 +1,10 @@
-"""How the command line takes SIGINT, SIGTERM and SIGHUP (docs/cli.md, "Signals").
+"""How the command line takes SIGINT, SIGTERM and SIGHUP.
 
 While a command runs, each of the three raises :class:`Interrupted` in the main thread, wherever
-it is (Ray starting, a batch running, the summary being printed); the command stops what it
-started and exits with ``128 + signal number``. Once one arrived, the others are ignored until
-the command has exited: stopping must not itself be cut short.
-
-Python runs a handler only when the main thread is back in Python code; inside one of Ray's C++
-calls (connecting to a GCS the same signal just killed, say) that took 30 s. So a thread that
-learns of the signal at once (through :func:`signal.set_wakeup_fd`) ends the process
-:data:`HARD_STOP_S` after it, with the same line, if the main thread has not by then; an
-embedded Ray's watchdog then ends what is left of it.
+it is; the command stops what it started and exits with ``128 + signal number``, ignoring further
+signals until it has exited. A thread woken through :func:`signal.set_wakeup_fd` ends the process
+:data:`HARD_STOP_S` after the signal should the main thread not have done so by then. See
+docs/cli.md, "Signals".
 """
 
 from __future__ import annotations
