@@ -72,10 +72,9 @@ class Fleet:
             ``False`` for a client that only controls jobs (it is sent anyway when this
             Fleet creates the scheduler).
 
-    Every call fails within its deadline: a scheduler that does not answer (frozen, overloaded)
-    raises :class:`ClusterError`; one that is restarting raises :class:`SchedulerUnavailable`
-    (retryable) once reads (status, result, listing, events, waits) have been retried with short
-    backoff until the deadline. ``submit`` and ``spawn_nested`` are never retried.
+    Every call fails within its deadline; reads are retried while the scheduler restarts,
+    ``submit`` and ``spawn_nested`` never are (docs/cluster.md, "A persistent local cluster",
+    **Deadlines**).
 
     Raises:
         ClusterError: Ray cannot be started or reached (``auto`` with no cluster up), or the

@@ -122,15 +122,10 @@ def resolve_tools(
     """The built-in tools a clone of ``defn`` may call.
 
     ``tools`` absent means every tool of the caller; ``inherit_tools`` unions the caller's tools
-    into the declared ones (``switch_facet`` is never inherited); ``tools_deny`` removes. A user
-    at the command line is a caller with every built-in tool, but of the web tools only those the
-    config turns on (``web_tools``); a definition that names a web tool still gets it.
-
-    MCP grants (``mcp__<server>__<tool>``, ``mcp__<server>``, ``tag!ALL_MCP``, the resource
-    tools) pass through for the clone host to resolve against its servers; the command-line
-    caller and ``tag!ALL`` grant ``tag!ALL_MCP``, every tool of the clone's MCP servers. A bare
-    name of one of the clone's MCP ``servers`` (as older Claude Code files list them) means the
-    ``mcp__<server>`` shorthand.
+    into the declared ones (``switch_facet`` is never inherited); ``tools_deny`` removes. MCP grants
+    pass through for the clone host to resolve against its servers, and a bare name of one of the
+    clone's MCP ``servers`` means the ``mcp__<server>`` shorthand. See docs/definitions.md, "Tools"
+    ("Which tools a clone gets", "MCP tools").
     """
     caller = (
         [*(t for t in WORK_TOOLS if t not in WEB_TOOLS or t in web_tools), MCP_ALL]

@@ -56,9 +56,8 @@ def open_checked(
 ) -> int:
     """Open ``real`` (a result of :func:`resolve_inside`) without following any symbolic link.
 
-    The walk starts at a descriptor of the launch directory and opens each component relative to
-    the previous one with ``O_NOFOLLOW``; a component that became a symbolic link after the check
-    fails the open instead of leading elsewhere.
+    Each component is opened relative to the previous one, from a descriptor of the launch
+    directory, with ``O_NOFOLLOW``.
 
     Args:
         root: the launch directory.
