@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-import clonefleet
-
-ROOT = Path(clonefleet.__file__).resolve().parent
-REPO = ROOT.parents[1]
+REPO = Path(__file__).resolve().parents[2]
+ROOT = REPO / "src" / "clonefleet"
+"""The package's source in the checkout (what is checked), whether or not it is the copy installed."""
 DOC = REPO / "docs" / "architecture.md"
 TESTS = REPO / "tests" / "unit"
 
