@@ -89,7 +89,7 @@ def validate_report(
         subagents_dirs: ``--subagents-dir`` folders.
         cwd: working directory for discovery (default: the process's).
         config: the loaded config (symlink policy, extra folders, inline definitions).
-        effective_of: what a clone of a definition gets (``clonefleet.scheduler.clone_tools``);
+        effective_of: what a clone of a definition gets (``clonefleet.planning.clone_tools``);
             with it, each definition's row has its ``tools`` and the ``rules`` of its policy.
         tools: add ``tool_resolution`` (``validate --tools``); needs ``effective_of``.
         trust: add ``trust`` (``validate`` always does): what the project of ``cwd`` asks for

@@ -158,7 +158,7 @@ def tool_resolution(
     Args:
         definitions: the definitions to report, in order.
         config: the config in use (its MCP servers).
-        effective_of: what a clone of a definition gets (``clonefleet.scheduler.clone_tools``).
+        effective_of: what a clone of a definition gets (``clonefleet.planning.clone_tools``).
 
     Returns:
         ``{"definitions": [{name, path, asked, gets, missing, mentions, resolved, granted}],

@@ -1,6 +1,6 @@
 """The filters and tests a guarded template gets: each filter checks its input and arguments
 before it runs (the amplifying ones size their result first) and its result after; comparing
-tests check their operands. ``_sandbox`` installs them in the guarded environment."""
+tests check their operands. ``_jinja_env`` installs them in the guarded environment."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 For each clone the caller's task is rendered first (every dialect), then a native definition's
 body with the rendered task available as ``prompt``; claude and python bodies are used verbatim.
 All clones are rendered before :func:`render_batch` returns, so one error rejects the batch and
-nothing starts. Templates run in the guarded sandbox of ``_sandbox``, under the caps of
+nothing starts. Templates run in the guarded sandbox of ``_jinja_env``, under the caps of
 ``_limits`` and the budget of ``_render_budget``; this module supplies the variables, the output count,
 the deadlines, the ``@skill:`` injections and the translation of failures into ``TemplateError``.
 """
