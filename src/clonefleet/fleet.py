@@ -82,10 +82,13 @@ class Fleet:
         ConfigError: the config file is invalid.
     """
 
-    _wait = staticmethod(ray_wait)
-    """Waits for one call's answer: ``(ref, seconds) -> answer`` (tests put a fake here)."""
-    _clock: Callable[[], float] = time.monotonic
-    _sleep: Callable[[float], None] = time.sleep
+    _wait: Callable[[Any, float], Any]
+    """Waits for one call's answer: ``(ref, seconds) -> answer`` (:func:`ray_wait`)."""
+    _clock: Callable[[], float]
+    _sleep: Callable[[float], None]
+    _session: ClusterSession | None
+    _sched: Any
+    _inbox_handle: Any
 
     def __init__(
         self,
@@ -108,14 +111,11 @@ class Fleet:
             raise UsageError(
                 f"max_concurrency must be a whole number of 1 or more, got {max_concurrency!r}"
             )
-        self.call_timeout_s = positive_seconds(call_timeout_s, "call_timeout_s")
-        self.wait_margin_s = positive_seconds(wait_margin_s, "wait_margin_s", zero=True)
-        self.cwd = Path(cwd or Path.cwd()).resolve()
-        self.config = config if isinstance(config, Config) else load_config(config, self.cwd)
-        begun = self._clock()  # connecting counts against the first call's deadline
+        self._settle(config, cwd, call_timeout_s, wait_margin_s)
+        begun = time.monotonic()  # connecting counts against the first call's deadline
         self.address = resolve_address(address)
         # `ClusterSession` is looked up here so a test can replace it and keep Ray from starting.
-        self._session, existed = connect_client(
+        session, existed = connect_client(
             self.address, num_cpus, ship_package=ship_package, session=ClusterSession
         )
         from clonefleet.cluster import state_dir
@@ -128,17 +128,72 @@ class Fleet:
         # the head node (unless the config names one).
         folder = (
             journal_folder(durability.journal_dir, embedded=True, base=state_dir())
-            if self._session.embedded and durability.enabled
+            if session.embedded and durability.enabled
             else durability.journal_dir
         )
-        self._sched = get_or_create_scheduler(cap, journal_dir=folder, durability=durability)
+        handle = get_or_create_scheduler(cap, journal_dir=folder, durability=durability)
+        self._attach(handle, session, wait=ray_wait, clock=time.monotonic, sleep=time.sleep)
         start_s = self.call_timeout_s if existed else max(self.call_timeout_s, START_TIMEOUT_S)
         start_s = max(start_s - (self._clock() - begun), MIN_FIRST_CALL_S)
         try:
             self._ask(lambda s: s.ping.remote(), timeout_s=start_s, idempotent=True)
         except BaseException:
-            self._session.stop()  # a Fleet that did not start leaves no connection behind
+            session.stop()  # a Fleet that did not start leaves no connection behind
             raise
+
+    @classmethod
+    def over(
+        cls,
+        handle: Any,
+        *,
+        config: Config | str | os.PathLike[str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        wait: Callable[[Any, float], Any] = ray_wait,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        call_timeout_s: float = CALL_TIMEOUT_S,
+        wait_margin_s: float = WAIT_MARGIN_S,
+    ) -> Fleet:
+        """A Fleet over a scheduler actor ``handle`` already at hand: no connecting, no ping.
+
+        ``config``, ``cwd``, ``call_timeout_s`` and ``wait_margin_s`` are as for :class:`Fleet`.
+        ``wait(ref, seconds)`` waits for one call's answer (:func:`ray_wait`; it raises
+        :class:`~clonefleet.cluster.NoAnswer` when the time is up); ``clock`` and ``sleep`` time
+        the deadlines and the pauses between retries. The Fleet owns no connection:
+        :meth:`close` leaves Ray as it is.
+        """
+        fleet = cls.__new__(cls)
+        fleet._settle(config, cwd, call_timeout_s, wait_margin_s)
+        fleet.address = None
+        fleet._attach(handle, None, wait=wait, clock=clock, sleep=sleep)
+        return fleet
+
+    def _settle(
+        self,
+        config: Config | str | os.PathLike[str] | None,
+        cwd: str | os.PathLike[str] | None,
+        call_timeout_s: float,
+        wait_margin_s: float,
+    ) -> None:
+        """Check the deadlines and find the caller's directory and config (before any Ray)."""
+        self.call_timeout_s = positive_seconds(call_timeout_s, "call_timeout_s")
+        self.wait_margin_s = positive_seconds(wait_margin_s, "wait_margin_s", zero=True)
+        self.cwd = Path(cwd or Path.cwd()).resolve()
+        self.config = config if isinstance(config, Config) else load_config(config, self.cwd)
+
+    def _attach(
+        self,
+        handle: Any,
+        session: ClusterSession | None,
+        *,
+        wait: Callable[[Any, float], Any],
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+    ) -> None:
+        """Send every call to the scheduler ``handle`` from now on, timed by ``clock``."""
+        self._sched, self._session = handle, session
+        self._wait, self._clock, self._sleep = wait, clock, sleep
+        self._inbox_handle = None
 
     def wait_ready(self, timeout_s: float = 120.0) -> int:
         """Wait until the scheduler's warm clone hosts are up; returns how many are.
@@ -150,7 +205,8 @@ class Fleet:
 
     @property
     def embedded(self) -> bool:
-        return self._session.embedded
+        """Whether this Fleet started its own Ray instance (which :meth:`close` stops)."""
+        return self._session is not None and self._session.embedded
 
     def _ask(
         self,
@@ -212,8 +268,6 @@ class Fleet:
         return cast(api.Submitted, self._ask(lambda s: s.submit.remote(blob)))
 
     # -- messages to running clones -------------------------------------------------------
-    _inbox_handle: Any = None
-
     def _ask_inbox(self, call: Callable[[Any], Any], *, idempotent: bool) -> Any:
         """Like :meth:`_ask`, on the inbox actor (created by the scheduler on first use)."""
         if self._inbox_handle is None:
@@ -404,7 +458,8 @@ class Fleet:
 
     def close(self) -> None:
         """Disconnect; an embedded Ray instance (and its actors) stops here."""
-        self._session.stop()
+        if self._session is not None:
+            self._session.stop()
 
     def __enter__(self) -> Fleet:
         return self

@@ -8,6 +8,7 @@ and ``ray.shutdown``; ``cluster_up``/``cluster_down`` manage a persistent local 
 from clonefleet.cluster._calls import CALL_TIMEOUT_S as CALL_TIMEOUT_S
 from clonefleet.cluster._calls import START_TIMEOUT_S as START_TIMEOUT_S
 from clonefleet.cluster._calls import WAIT_MARGIN_S as WAIT_MARGIN_S
+from clonefleet.cluster._calls import NoAnswer as NoAnswer
 from clonefleet.cluster._calls import call_with_deadline as call_with_deadline
 from clonefleet.cluster._calls import connect_client as connect_client
 from clonefleet.cluster._calls import positive_seconds as positive_seconds
@@ -40,6 +41,7 @@ __all__ = [
     "WAIT_MARGIN_S",
     "ClusterConfig",
     "ClusterSession",
+    "NoAnswer",
     "cache_dir",
     "call_with_deadline",
     "cluster_down",

@@ -27,6 +27,7 @@ __all__ = [
     "CALL_TIMEOUT_S",
     "START_TIMEOUT_S",
     "WAIT_MARGIN_S",
+    "NoAnswer",
     "call_with_deadline",
     "connect_client",
     "positive_seconds",
@@ -45,7 +46,8 @@ most."""
 
 
 class NoAnswer(Exception):  # noqa: N818 - a signal between ray_wait and call_with_deadline
-    """The scheduler did not answer in the time one try had."""
+    """The scheduler did not answer in the time one try had (raised by a ``wait`` such as
+    :func:`ray_wait`, turned into :class:`ClusterError` by :func:`call_with_deadline`)."""
 
 
 def call_with_deadline(

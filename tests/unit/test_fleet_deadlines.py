@@ -1,21 +1,23 @@
 """Every client call on the scheduler has a deadline, and only reads are retried (no Ray here).
 
-A :class:`Fleet` made without ``__init__`` gets a fake scheduler handle and a fake ``_wait`` that
-records how long each call was given; a fake clock stands in for time. The end-to-end checks (a
-frozen scheduler, ``jobs wait --timeout``) are in ``tests/ray/test_cluster_client.py``.
+A :class:`Fleet` made with :meth:`Fleet.over` gets a fake scheduler handle and a fake ``wait``
+that records how long each call was given; a fake clock stands in for time. The end-to-end
+checks (a frozen scheduler, ``jobs wait --timeout``) are in ``tests/ray/test_cluster_client.py``;
+``call_with_deadline`` alone is tested in ``tests/unit/cluster/test_call_deadlines.py``.
 """
 
 from __future__ import annotations
 
 import pickle
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from clonefleet import Fleet
-from clonefleet.cluster import call_with_deadline, positive_seconds
-from clonefleet.cluster._calls import NoAnswer
+from clonefleet.cluster import NoAnswer
+from clonefleet.config import Config
 from clonefleet.errors import ClusterError, SchedulerUnavailable, UsageError
 
 pytestmark = pytest.mark.timeout(20)
@@ -52,9 +54,13 @@ class FakeScheduler:
 
 
 def _fleet(
-    answer: Callable[[str, float], Any], clock: Clock | None = None
+    answer: Callable[[str, float], Any],
+    clock: Clock | None = None,
+    handle: Any = None,
+    call_timeout_s: float = 30.0,
 ) -> tuple[Fleet, list[tuple[str, float]]]:
-    """A Fleet whose calls go to ``answer(method, seconds_left)``; also the calls it got."""
+    """A Fleet over ``handle`` (a :class:`FakeScheduler` by default) whose calls go to
+    ``answer(method, seconds_left)``; also the calls it got."""
     clock = clock or Clock()
     calls: list[tuple[str, float]] = []
 
@@ -62,11 +68,15 @@ def _fleet(
         calls.append((ref[0], left_s))
         return answer(ref[0], left_s)
 
-    fleet = Fleet.__new__(Fleet)
-    fleet.call_timeout_s, fleet.wait_margin_s = 30.0, 2.0
-    fleet._sched = FakeScheduler()
-    fleet._wait = wait  # type: ignore[method-assign]
-    fleet._clock, fleet._sleep = clock, clock.sleep  # type: ignore[method-assign]
+    fleet = Fleet.over(
+        FakeScheduler() if handle is None else handle,
+        config=Config(),
+        wait=wait,
+        clock=clock,
+        sleep=clock.sleep,
+        call_timeout_s=call_timeout_s,
+        wait_margin_s=2.0,
+    )
     return fleet, calls
 
 
@@ -97,8 +107,7 @@ def test_every_call_gets_a_deadline_waits_get_their_wait_plus_the_margin(call, d
 
 
 def test_the_control_deadline_is_the_fleets_call_timeout():
-    fleet, calls = _fleet(lambda method, left: [])
-    fleet.call_timeout_s = 4.5
+    fleet, calls = _fleet(lambda method, left: [], call_timeout_s=4.5)
     fleet.expand(["b_1"])
     assert calls == [("expand", 4.5)]
 
@@ -184,8 +193,7 @@ def test_a_wait_made_again_waits_only_for_the_rest(call, args_of):
             raise SchedulerUnavailable("ActorUnavailableError")
         return {}
 
-    fleet, _ = _fleet(restarting_then_answering, clock)
-    fleet._sched = Recording()
+    fleet, _ = _fleet(restarting_then_answering, clock, Recording())
     call(fleet)
     assert [round(x, 3) for x in sent] == [5.0, 3.4]  # 5 s, less 1.5 s waited and 0.1 s paused
 
@@ -194,7 +202,7 @@ def test_a_wait_made_again_waits_only_for_the_rest(call, args_of):
     "call",
     [
         lambda f: f.spawn_nested({"agent": "x"}, "sa_1"),
-        lambda f: f._submit(object()),
+        lambda f: f.submit(SimpleNamespace(submission=object())),
         lambda f: f.job_cancel("sa_1"),
         lambda f: f.cancel_many(["b_1"]),
     ],
@@ -215,8 +223,7 @@ def test_retries_stop_at_the_deadline_with_a_retryable_error():
     def unavailable(method: str, left: float) -> Any:
         raise SchedulerUnavailable("ActorUnavailableError: restarting")
 
-    fleet, calls = _fleet(unavailable, clock)
-    fleet.call_timeout_s = 3.0
+    fleet, calls = _fleet(unavailable, clock, call_timeout_s=3.0)
     with pytest.raises(SchedulerUnavailable, match="retryable") as err:
         fleet.list_jobs()
     assert err.value.retryable and isinstance(err.value, ClusterError)
@@ -225,35 +232,12 @@ def test_retries_stop_at_the_deadline_with_a_retryable_error():
     assert len(calls) == 6
 
 
-def test_call_with_deadline_gives_each_try_what_is_left():
-    clock = Clock()
-    seen: list[float] = []
-
-    def attempt(seconds_left: Callable[[], float]) -> str:
-        clock.now += 0.1  # sending the call took time: it counts
-        seen.append(seconds_left())
-        clock.now += 0.5  # the try itself took time
-        if len(seen) < 3:
-            raise SchedulerUnavailable()
-        return "answer"
-
-    out = call_with_deadline(attempt, 10.0, idempotent=True, clock=clock, sleep=clock.sleep)
-    assert out == "answer"
-    assert [round(left, 6) for left in seen] == [9.9, 9.2, 8.4]
-
-
 def test_an_unavailable_scheduler_error_pickles_and_says_it_is_retryable():
     error = SchedulerUnavailable("ActorUnavailableError: the actor is restarting")
     clone = pickle.loads(pickle.dumps(error))
     assert type(clone) is SchedulerUnavailable and str(clone) == str(error)
     assert vars(clone) == vars(error) and clone.retryable
     assert "retryable" in str(error) and "restarting" in str(error)
-
-
-@pytest.mark.parametrize("bad", [0, -1, float("nan"), float("inf"), "5", True])
-def test_a_call_timeout_must_be_a_positive_number_of_seconds(bad):
-    with pytest.raises(UsageError, match="call_timeout_s"):
-        positive_seconds(bad, "call_timeout_s")
 
 
 def test_a_bad_call_timeout_is_refused_before_ray_starts(tmp_path):
