@@ -1,4 +1,5 @@
-"""Fixtures of the Ray tests: running the ``clonefleet`` command in a subprocess."""
+"""Fixtures of the Ray tests: running the ``clonefleet`` command in a subprocess, and calling
+the named scheduler and inbox actors directly (to read their state or inject faults)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 RunCli = Callable[..., subprocess.CompletedProcess[str]]
+ActorCall = Callable[..., Any]
 
 
 def _run(
@@ -57,3 +60,36 @@ def cli(
 
     yield run, work
     run("cluster", "down", timeout=90)
+
+
+def _actor_call(name: str) -> ActorCall:
+    """``call(method, *args, timeout=30)``: the named actor's ``method``, waited for as a Fleet
+    waits (:func:`~clonefleet.cluster.ray_wait`: our errors unwrapped, Ray's turned into ours)."""
+
+    def call(method: str, *args: Any, timeout: float = 30.0) -> Any:
+        import ray
+
+        from clonefleet.cluster import NAMESPACE, ray_wait
+
+        actor = ray.get_actor(name, namespace=NAMESPACE)
+        return ray_wait(getattr(actor, method).remote(*args), timeout)
+
+    return call
+
+
+@pytest.fixture
+def scheduler_call() -> ActorCall:
+    """``scheduler_call(method, *args, timeout=30)`` calls the named scheduler actor (found
+    anew each time: the name outlives a restart) and returns its answer."""
+    from clonefleet.cluster import SCHEDULER_NAME
+
+    return _actor_call(SCHEDULER_NAME)
+
+
+@pytest.fixture
+def inbox_call() -> ActorCall:
+    """``inbox_call(method, *args, timeout=30)`` calls the named inbox actor (the scheduler
+    creates it at the first message) and returns its answer."""
+    from clonefleet.inbox.remote import INBOX_NAME
+
+    return _actor_call(INBOX_NAME)

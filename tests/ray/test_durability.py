@@ -46,10 +46,10 @@ def submit(fleet, count, *, script=None, latency_ms=0, per=None, restarts=2, tmp
     return fleet.submit(plan)
 
 
-def health(fleet) -> dict:
+def health(scheduler_call) -> dict:
     for _ in range(400):  # the scheduler may be restarting: bounded retries
         try:
-            return fleet._ask(lambda s: s.health.remote(), timeout_s=30)
+            return scheduler_call("health")
         except Exception:
             time.sleep(0.05)
     raise AssertionError("the scheduler never answered")
@@ -68,20 +68,20 @@ def block(fleet, ids, limit_s=90.0) -> dict:
     raise AssertionError(f"jobs not done within {limit_s}s")
 
 
-def ends_in_journal(fleet, ids) -> dict[str, int]:
+def ends_in_journal(scheduler_call, ids) -> dict[str, int]:
     """How many end records each job has, once every job's has reached the disk (the journal
     writes ends in groups, every 50 ms)."""
     deadline = time.monotonic() + 10
     while True:
-        counts = _ends(fleet)
+        counts = _ends(scheduler_call)
         if all(j in counts for j in ids) or time.monotonic() > deadline:
             return counts
         time.sleep(0.05)
 
 
-def _ends(fleet) -> dict[str, int]:
+def _ends(scheduler_call) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for rec in read_journal(health(fleet)["journal_dir"]).records:
+    for rec in read_journal(health(scheduler_call)["journal_dir"]).records:
         if rec.get("k") == "end":
             counts[rec["j"]] = counts.get(rec["j"], 0) + 1
         elif rec.get("k") == "batch":  # a compaction snapshot carries ends inside its rows
@@ -122,26 +122,28 @@ def wait_events(fleet, job_id, kind, limit_s=60.0) -> dict:
     raise AssertionError(f"no {kind} event for {job_id}")
 
 
-def test_scheduler_killed_mid_batch_every_job_is_kept_and_completes(fleet, tmp_path):
+def test_scheduler_killed_mid_batch_every_job_is_kept_and_completes(
+    fleet, scheduler_call, tmp_path
+):
     steps = [{"tool": "progress_update", "args": {"summary": f"step {i}"}} for i in range(3)]
     batch = submit(fleet, 6, script={"default": steps}, latency_ms=400, tmp=tmp_path)
     wait_events(fleet, batch.job_ids[0], "progress")
-    before = health(fleet)
+    before = health(scheduler_call)
     os.kill(before["pid"], signal.SIGKILL)
-    after = health(fleet)
+    after = health(scheduler_call)
     assert after["pid"] != before["pid"]
     assert after["restored"]["resumed"] + after["restored"]["finished"] >= 6
     out = block(fleet, [batch.batch_id])
     assert sorted(s["job_id"] for s in out["jobs"]) == sorted(batch.job_ids)
     results = [fleet.job_result(j) for j in batch.job_ids]
     assert {r["status"] for r in results} == {"completed"}, results
-    ends = ends_in_journal(fleet, batch.job_ids)
+    ends = ends_in_journal(scheduler_call, batch.job_ids)
     assert all(ends.get(j) == 1 for j in batch.job_ids), ends
 
 
-def test_host_killed_mid_turn_its_clones_resume_elsewhere_from_the_checkpoint(fleet, tmp_path):
-    import ray
-
+def test_host_killed_mid_turn_its_clones_resume_elsewhere_from_the_checkpoint(
+    fleet, scheduler_call, tmp_path
+):
     script = {
         "default": [
             {"tool": "progress_update", "args": {"summary": "first"}},
@@ -151,7 +153,7 @@ def test_host_killed_mid_turn_its_clones_resume_elsewhere_from_the_checkpoint(fl
     batch = submit(fleet, 2, script=script, per=2, tmp=tmp_path)
     victim = batch.job_ids[0]
     wait_events(fleet, victim, "progress")
-    assert ray.get(fleet._sched.kill_host_of.remote(victim))
+    assert scheduler_call("kill_host_of", victim)
     restarted = wait_events(fleet, victim, "restarted")
     assert restarted["attempt"] == 1 and restarted["resumed_turn"] >= 1
     block(fleet, [batch.batch_id])
@@ -160,18 +162,20 @@ def test_host_killed_mid_turn_its_clones_resume_elsewhere_from_the_checkpoint(fl
         assert record["status"] == "completed", record
         assert record["turns"] == 3, "resumed at turn 2, not started over"
         assert fleet.job_status(job_id)["restarts"] == 1
-    ends = ends_in_journal(fleet, batch.job_ids)
+    ends = ends_in_journal(scheduler_call, batch.job_ids)
     assert all(ends.get(j) == 1 for j in batch.job_ids)
 
 
-def test_idle_warm_hosts_killed_the_next_batch_succeeds_with_no_ghosts(fleet, tmp_path):
+def test_idle_warm_hosts_killed_the_next_batch_succeeds_with_no_ghosts(
+    fleet, scheduler_call, tmp_path
+):
     warm = submit(fleet, 2, tmp=tmp_path)  # hosts go back to the warm pool afterwards
     block(fleet, [warm.batch_id])
-    replaced = health(fleet)["warm_hosts_replaced"]
-    killed = fleet._ask(lambda s: s.kill_idle_hosts.remote())
+    replaced = health(scheduler_call)["warm_hosts_replaced"]
+    killed = scheduler_call("kill_idle_hosts")
     assert killed >= 1
     deadline = time.monotonic() + 30
-    while health(fleet)["warm_hosts_replaced"] < replaced + killed:
+    while health(scheduler_call)["warm_hosts_replaced"] < replaced + killed:
         assert time.monotonic() < deadline, "dead warm hosts were not replaced"
         time.sleep(0.05)
     batch = submit(fleet, 10, tmp=tmp_path)
@@ -181,19 +185,21 @@ def test_idle_warm_hosts_killed_the_next_batch_succeeds_with_no_ghosts(fleet, tm
     assert {fleet.job_status(j)["restarts"] for j in batch.job_ids} == {0}
 
 
-def test_a_batch_sent_right_after_warm_hosts_die_runs_with_no_job_failed(fleet, tmp_path):
+def test_a_batch_sent_right_after_warm_hosts_die_runs_with_no_job_failed(
+    fleet, scheduler_call, tmp_path
+):
     warm = submit(fleet, 2, tmp=tmp_path)
     block(fleet, [warm.batch_id])
-    assert fleet._ask(lambda s: s.kill_idle_hosts.remote()) >= 1
+    assert scheduler_call("kill_idle_hosts") >= 1
     batch = submit(fleet, 10, tmp=tmp_path)  # at once: the pool may not know yet
     out = block(fleet, [batch.batch_id])
     assert {s["status"] for s in out["jobs"]} == {"completed"}, out
-    ends = ends_in_journal(fleet, batch.job_ids)
+    ends = ends_in_journal(scheduler_call, batch.job_ids)
     assert all(ends.get(j) == 1 for j in batch.job_ids)
 
 
 @pytest.mark.timeout(240)
-def test_chaos_200_jobs_while_hosts_and_the_scheduler_are_killed(fleet, tmp_path):
+def test_chaos_200_jobs_while_hosts_and_the_scheduler_are_killed(fleet, scheduler_call, tmp_path):
     """At most 10 kills (random hosts, and the scheduler twice) while 200 jobs run: every job
     ends exactly once, completed, and every result is readable."""
     rng = random.Random(20261130)
@@ -207,7 +213,7 @@ def test_chaos_200_jobs_while_hosts_and_the_scheduler_are_killed(fleet, tmp_path
         # Each kill lands once the batch has made some progress: a random number of turns more.
         progress_by(fleet, batch.batch_id, rng.randint(10, 60))
         if kind == "scheduler":
-            os.kill(health(fleet)["pid"], signal.SIGKILL)
+            os.kill(health(scheduler_call)["pid"], signal.SIGKILL)
             continue
         try:
             running = fleet.list_jobs(status="running", batch=batch.batch_id)["jobs"]
@@ -215,12 +221,12 @@ def test_chaos_200_jobs_while_hosts_and_the_scheduler_are_killed(fleet, tmp_path
             continue  # the scheduler is restarting
         if running:
             victim = rng.choice(running)["job_id"]
-            fleet._ask(lambda s, v=victim: s.kill_host_of.remote(v))
+            scheduler_call("kill_host_of", victim)
     out = block(fleet, [batch.batch_id], limit_s=170 - (time.monotonic() - started))
     assert len(out["jobs"]) == 200
     assert {s["status"] for s in out["jobs"]} == {"completed"}, [
         (s["job_id"], s["status"], s["error"]) for s in out["jobs"] if s["status"] != "completed"
     ]
     assert all(fleet.job_result(j)["status"] == "completed" for j in batch.job_ids)
-    ends = ends_in_journal(fleet, batch.job_ids)
+    ends = ends_in_journal(scheduler_call, batch.job_ids)
     assert all(ends.get(j) == 1 for j in batch.job_ids), {j: ends.get(j) for j in batch.job_ids}

@@ -24,9 +24,9 @@ def test_counted_batch_of_8_runs_each_clone_as_its_own_job(fleet):
         assert record["model"] == ("sim-small", "sim-large")[index % 2]
 
 
-def test_killed_host_ends_its_jobs_failed_abnormal_with_one_terminal_event(fleet, tmp_path):
-    import ray
-
+def test_killed_host_ends_its_jobs_failed_abnormal_with_one_terminal_event(
+    fleet, scheduler_call, tmp_path
+):
     script = tmp_path / "hang.yaml"
     script.write_text("default:\n  - {hang: true}\n")
     from clonefleet.config import Config
@@ -50,7 +50,7 @@ def test_killed_host_ends_its_jobs_failed_abnormal_with_one_terminal_event(fleet
         if any(e["event"]["type"] == "started" for e in fleet.events(victim)["events"]):
             break
         fleet.events(victim, wait_s=0.05)
-    killed = ray.get(fleet._sched.kill_host_of.remote(victim))
+    killed = scheduler_call("kill_host_of", victim)
     assert killed
     assert fleet.job_block([victim], timeout_seconds=30)["done"]
     record = fleet.job_result(victim)

@@ -58,20 +58,20 @@ def wait_running(fleet, job_id):
     )
 
 
-def user_texts(fleet, job_id):
-    state = fleet._ask(lambda s: s.checkpoint_of.remote(job_id))
+def user_texts(scheduler_call, job_id):
+    state = scheduler_call("checkpoint_of", job_id)
     return [m["content"] for m in (state or {}).get("messages", []) if m.get("role") == "user"]
 
 
-def test_100_messages_arrive_in_order_once_each(fleet, tmp_path):
+def test_100_messages_arrive_in_order_once_each(fleet, scheduler_call, tmp_path):
     # Alive until cancelled (a clone stops at 50 turns): sending 100 takes seconds when busy.
     job = submit(fleet, 1, turns(45, 1000), tmp_path).job_ids[0]
     wait_running(fleet, job)
     sent = [fleet.message(job, f"note {i}") for i in range(100)]
     assert {s["status"] for s in sent} == {"queued"}
     until(lambda: fleet.delivery(sent[-1]["delivery_id"])["status"] == "delivered")
-    until(lambda: sum(t.startswith("note ") for t in user_texts(fleet, job)) == 100)
-    notes = [t for t in user_texts(fleet, job) if t.startswith("note ")]
+    until(lambda: sum(t.startswith("note ") for t in user_texts(scheduler_call, job)) == 100)
+    notes = [t for t in user_texts(scheduler_call, job) if t.startswith("note ")]
     assert notes == [f"note {i}" for i in range(100)]
     assert {fleet.delivery(s["delivery_id"])["status"] for s in sent} == {"delivered"}
     assert fleet.job_status(job)["messages"] == {"queued": 0, "delivered": 100, "undelivered": 0}
@@ -123,7 +123,9 @@ def test_refusals_unknown_finished_skill_and_limits(fleet, tmp_path):
     fleet.job_cancel(job)
 
 
-def test_the_inbox_killed_with_20_queued_delivers_each_once(fleet, tmp_path):
+def test_the_inbox_killed_with_20_queued_delivers_each_once(
+    fleet, scheduler_call, inbox_call, tmp_path
+):
     # The job outlives any restart of the inbox (45 turns of a second; it is cancelled at the
     # end): on a busy machine a restart takes seconds, and a job that ended first would rightly
     # leave some undelivered.
@@ -139,28 +141,23 @@ def test_the_inbox_killed_with_20_queued_delivers_each_once(fleet, tmp_path):
     ).job_ids[0]
     until(lambda: fleet.job_status(job)["turns"] >= 1)
     sent = [fleet.message(job, f"queued {i}") for i in range(20)]
-    pid = fleet._inbox_handle.__ray_call__.remote(lambda self: os.getpid())
-    import ray
-
-    os.kill(ray.get(pid), signal.SIGKILL)
+    os.kill(inbox_call("__ray_call__", lambda self: os.getpid()), signal.SIGKILL)
     until(lambda: all(_status(fleet, s) == "delivered" for s in sent), 90)
-    until(lambda: sum(t.startswith("queued ") for t in user_texts(fleet, job)) == 20)
-    notes = [t for t in user_texts(fleet, job) if t.startswith("queued ")]
+    until(lambda: sum(t.startswith("queued ") for t in user_texts(scheduler_call, job)) == 20)
+    notes = [t for t in user_texts(scheduler_call, job) if t.startswith("queued ")]
     assert notes == [f"queued {i}" for i in range(20)]
     fleet.job_cancel(job)
 
 
 def test_what_a_clone_took_while_the_inbox_was_down_is_delivered_though_its_job_ended(
-    fleet, tmp_path
+    fleet, inbox_call, tmp_path
 ):
-    import ray
-
     hold = {"tool": "progress_update", "args": {"summary": "hold"}, "latency_ms": 3000}
     job = submit(fleet, 1, [*turns(1), hold], tmp_path).job_ids[0]
     until(lambda: fleet.job_status(job)["turns"] >= 1)
     sent = [fleet.message(job, f"held {i}") for i in range(5)]
     until(lambda: fleet.job_status(job)["messages"]["queued"] == 5)  # its host holds them
-    pid = ray.get(fleet._inbox_handle.__ray_call__.remote(lambda self: os.getpid()))
+    pid = inbox_call("__ray_call__", lambda self: os.getpid())
     os.kill(pid, signal.SIGSTOP)  # the inbox hears no acknowledgement until it restarts
     try:
         assert fleet.job_block([job], timeout_seconds=60)["done"]
@@ -173,16 +170,14 @@ def test_what_a_clone_took_while_the_inbox_was_down_is_delivered_though_its_job_
     assert fleet.job_status(job)["messages"] == {"queued": 0, "delivered": 5, "undelivered": 0}
 
 
-def test_an_acknowledgement_the_inbox_answered_outlives_its_process(fleet, tmp_path):
-    import ray
-
+def test_an_acknowledgement_the_inbox_answered_outlives_its_process(fleet, inbox_call, tmp_path):
     hold = {"tool": "progress_update", "args": {"summary": "hold"}, "latency_ms": 30_000}
     job = submit(fleet, 1, [*turns(1), hold], tmp_path).job_ids[0]
     until(lambda: fleet.job_status(job)["turns"] >= 1)
     sent = fleet.message(job, "acknowledged")
     # As the scheduler does once the clone took it; the inbox is killed as soon as it answers.
-    ray.get(fleet._inbox_handle.acked.remote([sent["delivery_id"]]))
-    pid = ray.get(fleet._inbox_handle.__ray_call__.remote(lambda self: os.getpid()))
+    inbox_call("acked", [sent["delivery_id"]])
+    pid = inbox_call("__ray_call__", lambda self: os.getpid())
     os.kill(pid, signal.SIGKILL)
     until(lambda: _status(fleet, sent) is not None)  # restarted, from its journal
     assert _status(fleet, sent) == "delivered"
@@ -196,18 +191,18 @@ def _status(fleet, sent):
         return None
 
 
-def test_a_host_killed_after_delivery_the_resumed_clone_sees_it_once(fleet, tmp_path):
-    import ray
-
+def test_a_host_killed_after_delivery_the_resumed_clone_sees_it_once(
+    fleet, scheduler_call, tmp_path
+):
     job = submit(fleet, 1, turns(40, 150), tmp_path).job_ids[0]
     wait_running(fleet, job)
     sent = fleet.message(job, "only once")
-    until(lambda: "only once" in user_texts(fleet, job))
-    assert ray.get(fleet._sched.kill_host_of.remote(job))
+    until(lambda: "only once" in user_texts(scheduler_call, job))
+    assert scheduler_call("kill_host_of", job)
     until(lambda: fleet.job_status(job)["restarts"] == 1)
     turn = fleet.job_status(job)["turns"]
     until(lambda: fleet.job_status(job)["turns"] >= turn + 2)
-    assert user_texts(fleet, job).count("only once") == 1
+    assert user_texts(scheduler_call, job).count("only once") == 1
     assert fleet.delivery(sent["delivery_id"])["status"] == "delivered"
     fleet.job_cancel(job)
 

@@ -125,10 +125,10 @@ def test_nested_spawn_through_actors_streams_nested_envelopes(ray_cluster, tmp_p
     assert tool_ends and not tool_ends[0]["is_error"]
 
 
-def test_a_fault_in_the_scheduler_names_the_call_in_plain_text(fleet):
+def test_a_fault_in_the_scheduler_names_the_call_in_plain_text(fleet, scheduler_call):
     # Not a batch: the scheduler fails to unpickle it, which is not one of our errors.
     with pytest.raises(ClusterError) as caught:
-        fleet._ask(lambda s: s.submit.remote(b"not a pickle"))
+        scheduler_call("submit", b"not a pickle")
     text = str(caught.value)
     assert text.startswith("scheduler call submit failed with UnpicklingError"), text
     assert "\x1b" not in text, "no terminal colour codes in the message"
