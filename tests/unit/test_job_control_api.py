@@ -18,6 +18,7 @@ from clonefleet.fleet import Fleet
 from clonefleet.host.remote import SchedulerControl
 from clonefleet.scheduler import SchedulerCore
 from clonefleet.scheduler.remote import SchedulerActor
+from clonefleet.testing import public_methods, signature_shape
 from clonefleet.vocab import JOB_TOOLS
 
 PROTOCOL = {
@@ -66,36 +67,13 @@ EXTRAS: dict[type, set[str]] = {
         "delivery",
         "iter_pages",
         "totals",
+        "over",  # a classmethod: a Fleet over a scheduler handle the caller has
     },
 }
 """The public methods each forwarder has besides the protocol's: a job-control method added
 outside the protocol fails here."""
 
 FORWARDERS = list(EXTRAS)
-
-
-def _shape(fn: object) -> list[tuple[str, object, object, object]]:
-    """Parameters after ``self`` (name, kind, default, type) and the return type.
-
-    Types are resolved (``api.BlockResult`` in a forwarder is ``BlockResult`` of the protocol).
-    Ray's tracing adds a ``_ray_trace_ctx`` keyword to an actor class's method signatures; it
-    is not ours, so it is left out."""
-    sig = inspect.signature(fn)  # type: ignore[arg-type]
-    hints = typing.get_type_hints(fn, include_extras=True)
-    params = [
-        (p.name, p.kind, p.default, hints.get(p.name))
-        for p in sig.parameters.values()
-        if p.name != "_ray_trace_ctx"
-    ]
-    return [*params[1:], ("return", None, None, hints.get("return"))]
-
-
-def _public_methods(cls: type) -> set[str]:
-    return {
-        name
-        for name in dir(cls)
-        if not name.startswith("_") and inspect.isfunction(inspect.getattr_static(cls, name))
-    }
 
 
 def test_the_protocol_is_the_job_control_api():
@@ -120,13 +98,13 @@ def test_the_protocol_is_the_job_control_api():
 def test_each_forwarder_offers_the_protocol_method_with_its_signature(forwarder, name):
     method = inspect.getattr_static(forwarder, name, None)
     assert inspect.isfunction(method), f"{forwarder.__name__} lacks {name}"
-    assert _shape(method) == _shape(PROTOCOL[name])
+    assert signature_shape(method) == signature_shape(PROTOCOL[name])
     assert inspect.iscoroutinefunction(method) is (forwarder is not Fleet)
 
 
 @pytest.mark.parametrize("forwarder", FORWARDERS, ids=lambda c: c.__name__)
 def test_each_forwarder_has_no_public_method_beyond_the_protocol_and_its_allow_list(forwarder):
-    assert _public_methods(forwarder) == set(PROTOCOL) | EXTRAS[forwarder]
+    assert public_methods(forwarder) == set(PROTOCOL) | EXTRAS[forwarder]
 
 
 @pytest.mark.parametrize("tool", JOB_TOOLS)

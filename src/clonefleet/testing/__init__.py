@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
+import typing
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,10 +39,38 @@ __all__ = [
     "instant_events",
     "make_spec",
     "make_submission",
+    "public_methods",
+    "signature_shape",
     "open_journaled_core",
     "reply",
     "wait_until",
 ]
+
+
+def signature_shape(fn: object) -> list[tuple[str, object, object, object]]:
+    """A method's parameters after ``self`` (name, kind, default, resolved type) and its return
+    type: what two implementations of one protocol call must agree on. Ray's tracing adds a
+    ``_ray_trace_ctx`` keyword to an actor class's methods; it is not ours, so it is left out."""
+    sig = inspect.signature(fn)  # type: ignore[arg-type]
+    hints = typing.get_type_hints(fn, include_extras=True)
+    params = [
+        (p.name, p.kind, p.default, hints.get(p.name))
+        for p in sig.parameters.values()
+        if p.name != "_ray_trace_ctx"
+    ]
+    return [*params[1:], ("return", None, None, hints.get("return"))]
+
+
+def public_methods(cls: type) -> set[str]:
+    """The names of a class's public methods, class and static methods included."""
+    found = set()
+    for name in dir(cls):
+        member = inspect.getattr_static(cls, name)
+        if not name.startswith("_") and (
+            inspect.isfunction(member) or isinstance(member, classmethod | staticmethod)
+        ):
+            found.add(name)
+    return found
 
 
 class FunctionModel:

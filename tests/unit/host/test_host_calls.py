@@ -14,7 +14,7 @@ import pytest
 import clonefleet
 from clonefleet.host import HostCalls, HostCore, PlacedHost, WatchedHost
 from clonefleet.host.remote import CloneHost, CloneHostActor
-from clonefleet.testing import InstantHost, LocalHost
+from clonefleet.testing import InstantHost, LocalHost, public_methods, signature_shape
 
 PROTOCOLS = (HostCalls, PlacedHost, WatchedHost)
 DECLARED = {
@@ -42,29 +42,6 @@ NAMED = (CloneHost, LocalHost, InstantHost)
 """Hosts handed to the scheduler: each is made with its ``host_id``."""
 
 
-def _shape(fn: object) -> list[tuple[str, object, object, object]]:
-    """Parameters after ``self`` (name, kind, default, type) and the return type; Ray's
-    ``_ray_trace_ctx`` keyword on an actor class's methods is not ours, so it is left out."""
-    sig = inspect.signature(fn)  # type: ignore[arg-type]
-    hints = typing.get_type_hints(fn)
-    params = [
-        (p.name, p.kind, p.default, hints.get(p.name))
-        for p in sig.parameters.values()
-        if p.name != "_ray_trace_ctx"
-    ]
-    return [*params[1:], ("return", None, None, hints.get("return"))]
-
-
-def _public_methods(cls: type) -> set[str]:
-    return {
-        name
-        for name in dir(cls)
-        if not name.startswith("_")
-        and isinstance(inspect.getattr_static(cls, name), classmethod | staticmethod)
-        or (not name.startswith("_") and inspect.isfunction(inspect.getattr_static(cls, name)))
-    }
-
-
 def test_the_protocol_is_the_host_calls():
     assert set(DECLARED) == {
         "start",
@@ -88,7 +65,7 @@ CASES = [(cls, name) for cls, (names, _) in IMPLEMENTERS.items() for name in sor
 def test_each_host_offers_the_declared_call_with_its_signature(host, name):
     method = inspect.getattr_static(host, name, None)
     assert inspect.isfunction(method), f"{host.__name__} lacks {name}"
-    assert _shape(method) == _shape(DECLARED[name])
+    assert signature_shape(method) == signature_shape(DECLARED[name])
     assert inspect.iscoroutinefunction(method) is (name not in SYNC.get(host, ()))
 
 
@@ -98,7 +75,7 @@ def test_each_host_offers_the_declared_call_with_its_signature(host, name):
 def test_each_host_has_no_public_method_beyond_the_calls_and_its_allow_list(host):
     names, extras = IMPLEMENTERS[host]
     assert extras is not None
-    assert _public_methods(host) == names | extras
+    assert public_methods(host) == names | extras
 
 
 @pytest.mark.parametrize("host", NAMED, ids=lambda c: c.__name__)
