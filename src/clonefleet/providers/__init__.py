@@ -24,6 +24,15 @@ from clonefleet.providers._protocol import Role as Role
 from clonefleet.providers._protocol import ToolCall as ToolCall
 from clonefleet.providers._protocol import ToolSpec as ToolSpec
 from clonefleet.providers._protocol import Usage as Usage
+from clonefleet.providers._rate_headers import MAX_RETRY_AFTER_S as MAX_RETRY_AFTER_S
+from clonefleet.providers._rate_headers import AdaptiveRate as AdaptiveRate
+from clonefleet.providers._rate_headers import LimitReport as LimitReport
+from clonefleet.providers._rate_headers import LimitWindow as LimitWindow
+from clonefleet.providers._rate_headers import RateLimitKind as RateLimitKind
+from clonefleet.providers._rate_headers import is_rate_limited as is_rate_limited
+from clonefleet.providers._rate_headers import rate_limit_kind as rate_limit_kind
+from clonefleet.providers._rate_headers import read_limits as read_limits
+from clonefleet.providers._rate_headers import retry_after_s as retry_after_s
 from clonefleet.providers._sim import SimBrain as SimBrain
 from clonefleet.providers._sim import SimScript as SimScript
 from clonefleet.providers._sim import SimStep as SimStep
@@ -91,6 +100,7 @@ def preload() -> None:
 
 
 __all__ = [
+    "AdaptiveRate",
     "anthropic_payload",
     "anthropic_response",
     "AnthropicModel",
@@ -100,8 +110,12 @@ __all__ = [
     "HTTPProvider",
     "IdentityCache",
     "is_loopback_url",
+    "is_rate_limited",
+    "LimitReport",
+    "LimitWindow",
     "live_requests_allowed",
     "make_client",
+    "MAX_RETRY_AFTER_S",
     "Message",
     "Model",
     "ModelRequest",
@@ -111,6 +125,10 @@ __all__ = [
     "OpenAIModel",
     "parse_retry_after",
     "preload",
+    "rate_limit_kind",
+    "RateLimitKind",
+    "read_limits",
+    "retry_after_s",
     "Role",
     "serve_main",
     "set_live_requests_allowed",
