@@ -372,8 +372,9 @@ class AdaptiveRate:
     For a provider that sends no limit headers. Until its first refusal the rate is unknown and
     :attr:`allowed_rpm` is the ceiling (``None`` with no ceiling: no throttling, so a patient
     provider is as fast as before). A refusal cuts the rate by ``decrease`` (from the rate in
-    force, else the rate the caller was sending, else ``initial_rpm``); refusals within
-    ``hold_s`` of a cut are answers to requests already in flight and cut nothing more. Each
+    force, else the rate the caller was sending, else ``initial_rpm``); refusals of requests sent
+    before a cut (or, when the caller does not say when, within ``hold_s`` of it) answer the old
+    rate and cut nothing more. Each
     success adds ``increase_rpm / allowed_rpm``, so the rate grows by ``increase_rpm`` per minute
     of traffic at the allowed rate (``None``: a tenth of the rate at the last cut, at least 1).
     The rate stays between ``floor_rpm`` and ``ceiling_rpm`` (a configured limit is never
@@ -383,9 +384,9 @@ class AdaptiveRate:
     __slots__ = (
         "_allowed",
         "_ceiling",
+        "_cut_at",
         "_decrease",
         "_floor",
-        "_held_until",
         "_hold_s",
         "_increase",
         "_initial",
@@ -417,7 +418,7 @@ class AdaptiveRate:
         self._decrease, self._increase, self._hold_s = decrease, increase_rpm, hold_s
         self._allowed: float | None = None
         self._peak = initial_rpm
-        self._held_until = -math.inf
+        self._cut_at = -math.inf
         self.cuts = 0
         """Refusals that cut the rate (refusals within ``hold_s`` of a cut are not counted)."""
 
@@ -438,13 +439,19 @@ class AdaptiveRate:
         step = self._increase if self._increase is not None else max(self._peak / 10, 1.0)
         self._allowed = self._bound(self._allowed + step / self._allowed)
 
-    def on_rate_limited(self, now: float, sent_rpm: float | None = None) -> bool:
-        """A request was refused for its rate: cut the rate, unless a cut was just made.
+    def on_rate_limited(
+        self, now: float, sent_rpm: float | None = None, sent_at: float | None = None
+    ) -> bool:
+        """A request was refused for its rate: cut the rate, unless it answers an earlier rate.
 
         ``sent_rpm`` is the rate the caller was sending (used when no rate was learned yet).
-        Returns whether the rate was cut.
+        ``sent_at`` is when the refused request was sent: one sent before the last cut was
+        sent at the old rate and cuts nothing more. Without it, refusals within ``hold_s`` of
+        the last cut cut nothing more. Returns whether the rate was cut.
         """
-        if now < self._held_until:
+        if sent_at is not None and sent_at < self._cut_at:
+            return False
+        if sent_at is None and now < self._cut_at + self._hold_s:
             return False
         if self._allowed is not None:
             base = self._allowed
@@ -454,7 +461,7 @@ class AdaptiveRate:
             base = self._initial if self._ceiling is None else min(self._initial, self._ceiling)
         self._peak = base
         self._allowed = self._bound(base * self._decrease)
-        self._held_until = now + self._hold_s
+        self._cut_at = now
         self.cuts += 1
         return True
 
