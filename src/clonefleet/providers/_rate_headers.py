@@ -14,7 +14,7 @@ passed in, in seconds since the epoch):
   multiplicative decrease) for a provider that sends no limit headers.
 
 Every value read from a header is untrusted: a malformed one is ignored (never raised on), a
-huge one is bounded. See ``docs/architecture.md``.
+huge one is bounded. Nothing here is wired into the providers yet (issue 25 does that).
 """
 
 from __future__ import annotations
@@ -374,11 +374,11 @@ class AdaptiveRate:
     provider is as fast as before). A refusal cuts the rate by ``decrease`` (from the rate in
     force, else the rate the caller was sending, else ``initial_rpm``); refusals of requests sent
     before a cut (or, when the caller does not say when, within ``hold_s`` of it) answer the old
-    rate and cut nothing more. Each
-    success adds ``increase_rpm / allowed_rpm``, so the rate grows by ``increase_rpm`` per minute
-    of traffic at the allowed rate (``None``: a tenth of the rate at the last cut, at least 1).
-    The rate stays between ``floor_rpm`` and ``ceiling_rpm`` (a configured limit is never
-    exceeded). Not thread-safe; ``now`` is seconds on any monotonic clock.
+    rate and cut nothing more. Each success adds ``increase_rpm / allowed_rpm``, so the rate
+    grows by ``increase_rpm`` per minute of traffic at the allowed rate (``None``: a tenth of the
+    rate at the last cut, at least 1). The rate stays between ``floor_rpm`` and ``ceiling_rpm``
+    (a configured limit is never exceeded). Not thread-safe; ``now`` and ``sent_at`` are seconds
+    on one clock of the caller's (a monotonic one will do).
     """
 
     __slots__ = (
