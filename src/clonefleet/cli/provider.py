@@ -41,10 +41,40 @@ def add_provider_parser(sub: Any) -> None:
     serve.add_argument("--rate-429", type=float, default=0.0)
     serve.add_argument("--script", metavar="FILE")
     serve.add_argument("--seed", type=int, default=0)
+    limits = serve.add_argument_group(
+        "rate limits", "enforced per model with token buckets, as providers do (docs/cli.md)"
+    )
+    limits.add_argument(
+        "--rpm",
+        type=whole_number(1),
+        metavar="R",
+        help="requests per minute each model allows; past it, HTTP 429 (default: no limit)",
+    )
+    limits.add_argument(
+        "--tpm",
+        type=whole_number(1),
+        metavar="T",
+        help="tokens per minute each model allows, counting the input's words and the request's "
+        "max_tokens (default: no limit)",
+    )
+    limits.add_argument(
+        "--burst",
+        type=whole_number(1),
+        metavar="B",
+        help="requests let through at once after an idle spell (needs --rpm; default: one "
+        "second of --rpm)",
+    )
+    limits.add_argument(
+        "--no-limit-headers",
+        dest="limit_headers",
+        action="store_false",
+        help="send no rate-limit headers and no retry-after: a 429 has only its status and body",
+    )
 
 
 def cmd_provider(args: argparse.Namespace) -> int:
-    """Serve the simulated model over HTTP until stopped (exit status 0)."""
+    """Serve the simulated model over HTTP until stopped (exit status 0; 2 for ``--burst``
+    without ``--rpm``)."""
     from clonefleet.providers import serve_main
 
     return serve_main(
@@ -54,6 +84,10 @@ def cmd_provider(args: argparse.Namespace) -> int:
         rate_429=args.rate_429,
         script=args.script,
         seed=args.seed,
+        rpm=args.rpm,
+        tpm=args.tpm,
+        burst=args.burst,
+        limit_headers=args.limit_headers,
     )
 
 

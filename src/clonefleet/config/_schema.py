@@ -49,6 +49,20 @@ class SimulatedOptions(BaseModel):
     """Seed mixed with batch id and clone index for deterministic behaviour."""
     script: str | None = None
     """Path of a script file (per-clone steps); see ``clonefleet.clone.SimScript``."""
+    rpm: int | None = Field(default=None, ge=1)
+    """Requests per minute each model allows; past it, HTTP 429 (``None``: no limit)."""
+    tpm: int | None = Field(default=None, ge=1)
+    """Tokens per minute each model allows (input words plus ``max_tokens``)."""
+    burst: int | None = Field(default=None, ge=1)
+    """Requests let through at once after an idle spell (needs ``rpm``)."""
+    limit_headers: bool = True
+    """Whether a 429 says when to come back (``retry_after_s``)."""
+
+    @model_validator(mode="after")
+    def _check_burst(self) -> SimulatedOptions:
+        if self.burst is not None and self.rpm is None:
+            raise ValueError("burst needs rpm: it counts requests")
+        return self
 
 
 class ProviderConfig(BaseModel):

@@ -50,7 +50,14 @@ class ProviderPool:
             brain = SimBrain(
                 script=script, seed=opts.seed, fail_rate=opts.fail_rate, rate_429=opts.rate_429
             )
-            return SimulatedModel(brain, latency_ms=opts.latency_ms)
+            return SimulatedModel(
+                brain,
+                latency_ms=opts.latency_ms,
+                rpm=opts.rpm,
+                tpm=opts.tpm,
+                burst=opts.burst,
+                limit_headers=opts.limit_headers,
+            )
         from clonefleet.providers import build_provider
 
         model, closer = build_provider(name, cfg, config_path=self.config.path)

@@ -13,6 +13,8 @@ import hashlib
 import math
 import random
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ import yaml
 from clonefleet.config import printable, read_regular_file, safe_load_yaml, yaml_problem
 from clonefleet.errors import ConfigError, ModelBehaviorError, ModelHTTPError, ModelTimeout
 from clonefleet.providers._protocol import ModelRequest, ModelResponse, Role, ToolCall, Usage
+from clonefleet.providers._sim_limits import SimLimiter, SimLimits, request_cost
 from clonefleet.vocab import Outcome, status_family
 
 __all__ = ["SimBrain", "SimScript", "SimStep", "SimulatedModel", "instance_from_schema"]
@@ -331,16 +334,44 @@ def step_to_response(step: SimStep, req: ModelRequest, call_number: int) -> Mode
 
 
 class SimulatedModel:
-    """The simulated provider in-process: no network, deterministic per (batch, clone index)."""
+    """The simulated provider in-process: no network, deterministic per (batch, clone index).
+
+    With ``rpm`` or ``tpm`` set, each model gets the token buckets of :class:`SimLimits`
+    (``burst`` as there); a request they refuse raises ``ModelHTTPError(429)`` carrying the wait
+    as its ``retry_after_s`` (``None`` when ``limit_headers`` is off), as a 429 over HTTP would.
+    ``clock`` is the limiter's clock, in seconds.
+
+    Raises:
+        ValueError: a limit is not a positive whole number, or ``burst`` comes without ``rpm``.
+    """
 
     def __init__(
-        self, brain: SimBrain | None = None, *, latency_ms: float = 0.0, hang_s: float = 3600.0
+        self,
+        brain: SimBrain | None = None,
+        *,
+        latency_ms: float = 0.0,
+        hang_s: float = 3600.0,
+        rpm: int | None = None,
+        tpm: int | None = None,
+        burst: int | None = None,
+        limit_headers: bool = True,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.brain = brain or SimBrain()
         self.latency_ms, self.hang_s = latency_ms, hang_s
         self._calls = 0
+        limits = SimLimits(rpm=rpm, tpm=tpm, burst=burst, headers=limit_headers)
+        self.limiter = SimLimiter(limits, clock) if limits.enabled else None
 
     async def request(self, req: ModelRequest) -> ModelResponse:
+        if self.limiter is not None:
+            admission = self.limiter.admit(req.model, request_cost(req))
+            if not admission.admitted:
+                raise ModelHTTPError(
+                    429,
+                    f"rate limit of {admission.binding} per minute reached for {req.model}",
+                    admission.retry_after_s if self.limiter.limits.headers else None,
+                )
         step = self.brain.next_step(req)
         self._calls += 1
         delay = step.latency_ms if step.latency_ms is not None else self.latency_ms

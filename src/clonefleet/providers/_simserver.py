@@ -8,6 +8,8 @@ clone comes from the request's ``user`` field (OpenAI) or ``metadata.user_id`` (
 ``"<batch_id>/<clone_index>"``; ``OpenAIModel`` and ``AnthropicModel`` send it. Script fault
 steps become real HTTP faults on both: an error status with ``Retry-After``, an HTML error page,
 a request that never answers, a body that drips forever, and a 200 with broken JSON.
+With :class:`SimLimits` set it enforces them per model as providers do: 429s in each wire's
+own shape, and the limit headers on every answer (docs/cli.md).
 It never binds anything but a loopback address; it is a test and benchmark backend, not a proxy.
 """
 
@@ -21,6 +23,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,9 @@ from aiohttp import web
 
 from clonefleet.errors import ConfigError, UsageError
 from clonefleet.providers._bounded_json import loads_bounded
+from clonefleet.providers._protocol import ModelRequest
 from clonefleet.providers._sim import SimBrain, SimScript, SimStep, step_to_response
+from clonefleet.providers._sim_limits import SimLimiter, SimLimits, request_cost
 from clonefleet.providers._simwire import ANTHROPIC, MODEL_IDS, OPENAI, Wire, html_page
 
 __all__ = ["SIM_SERVER", "SimServer", "serve_main", "start_server"]
@@ -45,6 +50,8 @@ class SimServer:
         api_key: when set, the key a request must carry (``Authorization: Bearer`` for OpenAI,
             ``x-api-key`` for Anthropic); a wrong one gets 401. The Messages endpoint always
             wants some ``x-api-key``, as Anthropic's does.
+        limits: rate limits enforced per model (``None`` or none set: no limit, no headers).
+        clock: the limiter's clock, in seconds (tests pass a fake one).
     """
 
     def __init__(
@@ -55,8 +62,11 @@ class SimServer:
         drip_interval_s: float = 0.05,
         hang_s: float = 3600.0,
         api_key: str | None = None,
+        limits: SimLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.brain = brain
+        self.limiter = SimLimiter(limits, clock) if limits is not None and limits.enabled else None
         self.latency_ms, self.drip_interval_s, self.hang_s = latency_ms, drip_interval_s, hang_s
         self.api_key = api_key
         self.requests = 0
@@ -118,6 +128,9 @@ class SimServer:
             self.first_request_at.setdefault(
                 f"{req.metadata['batch_id']}/{req.metadata['clone_index']}", arrived
             )
+        limited, limit_headers = self._admit(req, wire)
+        if limited is not None:
+            return limited
         step = self.brain.next_step(req)
         delay_ms = step.latency_ms if step.latency_ms is not None else self.latency_ms
         if delay_ms:
@@ -126,8 +139,20 @@ class SimServer:
             return await self._fault(step, request, wire)
         self.outcomes["ok"] += 1
         return web.json_response(
-            wire.render(step_to_response(step, req, self.requests), req.model, self.requests)
+            wire.render(step_to_response(step, req, self.requests), req.model, self.requests),
+            headers=limit_headers or None,
         )
+
+    def _admit(self, req: ModelRequest, wire: Wire) -> tuple[web.Response | None, dict[str, str]]:
+        """Charge the rate limits for ``req``: ``(429 answer or None, limit headers)``."""
+        if self.limiter is None:
+            return None, {}
+        admission = self.limiter.admit(req.model, request_cost(req))
+        headers = wire.limit_headers(admission, time.time()) if self.limiter.limits.headers else {}
+        if admission.admitted:
+            return None, headers
+        self.outcomes["rate limited 429"] += 1
+        return wire.rate_limited(admission, req.model, headers), headers
 
     async def _fault(self, step: SimStep, request: web.Request, wire: Wire) -> web.StreamResponse:
         if step.hang:
@@ -194,6 +219,10 @@ async def start_server(
     drip_interval_s: float = 0.05,
     hang_s: float = 3600.0,
     api_key: str | None = None,
+    rpm: int | None = None,
+    tpm: int | None = None,
+    burst: int | None = None,
+    limit_headers: bool = True,
 ) -> tuple[web.AppRunner, int]:
     """Start a simulated server (OpenAI chat completions and Anthropic Messages) in the running
     event loop.
@@ -209,17 +238,26 @@ async def start_server(
         drip_interval_s: pause between the bytes of a ``drip`` answer, in seconds.
         hang_s: longest a ``hang``/``drip`` answer lasts, in seconds.
         api_key: the key requests must carry (``None``: any key, or none for OpenAI).
+        rpm: requests per minute each model allows (``None``: no limit).
+        tpm: tokens per minute each model allows (``None``: no limit).
+        burst: requests let through at once after an idle spell (needs ``rpm``).
+        limit_headers: send the rate-limit headers (``False``: a 429 has only status and body).
 
     Returns:
         ``(runner, port)``; stop with ``await runner.cleanup()``. ``runner.app[SIM_SERVER]`` is the
         :class:`SimServer` with its request counters.
 
     Raises:
-        UsageError: ``host`` is not a loopback address.
+        UsageError: ``host`` is not a loopback address, a limit is not a positive whole number,
+            or ``burst`` comes without ``rpm``.
         ConfigError: the script file cannot be read.
         OSError: the port cannot be bound.
     """
     _check_loopback(host)
+    try:
+        limits = SimLimits(rpm=rpm, tpm=tpm, burst=burst, headers=limit_headers)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     if script is not None and not isinstance(script, SimScript):
         script = SimScript.load(Path(script))
     brain = SimBrain(script=script, seed=seed, fail_rate=fail_rate, rate_429=rate_429)
@@ -229,6 +267,7 @@ async def start_server(
         drip_interval_s=drip_interval_s,
         hang_s=hang_s,
         api_key=api_key,
+        limits=limits,
     )
     runner = web.AppRunner(
         state.app(), handler_cancellation=True, shutdown_timeout=2.0, access_log=None
@@ -251,8 +290,13 @@ def serve_main(
     rate_429: float = 0.0,
     script: str | None = None,
     seed: int = 0,
+    rpm: int | None = None,
+    tpm: int | None = None,
+    burst: int | None = None,
+    limit_headers: bool = True,
 ) -> int:
-    """Serve the simulated provider on ``127.0.0.1:port`` until SIGINT or SIGTERM.
+    """Serve the simulated provider on ``127.0.0.1:port`` until SIGINT or SIGTERM, enforcing
+    the rate limits given (see :func:`start_server`).
 
     Prints ``serving simulated provider on http://127.0.0.1:PORT/v1`` once listening.
 
@@ -268,6 +312,10 @@ def serve_main(
                 rate_429=rate_429,
                 script=script,
                 seed=seed,
+                rpm=rpm,
+                tpm=tpm,
+                burst=burst,
+                limit_headers=limit_headers,
             )
         )
     except (ConfigError, UsageError) as exc:

@@ -22,6 +22,12 @@ from clonefleet.providers._protocol import (
     ToolCall,
     ToolSpec,
 )
+from clonefleet.providers._sim_limits import (
+    Admission,
+    anthropic_limit_headers,
+    go_duration,
+    openai_limit_headers,
+)
 
 MODEL_IDS = ("sim-small", "sim-large")
 """The models the server lists; a request naming none is answered as the first."""
@@ -80,6 +86,26 @@ def error_response(
     kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     body = {"error": {"message": message, "type": kind, "code": kind, "param": None}}
     return web.json_response(body, status=status, headers=headers)
+
+
+def _openai_rate_limited(admission: Admission, model: str, headers: dict[str, str]) -> web.Response:
+    """HTTP 429 as OpenAI sends it when a limit refuses a request: ``type`` names the limit
+    (``requests`` or ``tokens``), ``code`` is ``rate_limit_exceeded``."""
+    kind = admission.binding or "requests"
+    snap = admission.tokens if kind == "tokens" else admission.requests
+    limit = snap.limit if snap is not None else 0
+    asked = admission.cost if kind == "tokens" else 1
+    unit = "tokens per min (TPM)" if kind == "tokens" else "requests per min (RPM)"
+    message = (
+        f"Rate limit reached for {model} on {unit}: Limit {limit}, Requested {asked}. "
+        f"Please try again in {go_duration(admission.retry_after_s)}."
+    )
+    body = {"error": {"message": message, "type": kind, "param": None, "code": _ERROR_TYPES[429]}}
+    return web.json_response(body, status=429, headers=headers)
+
+
+def _openai_limit_headers(admission: Admission, _wall_now: float) -> dict[str, str]:
+    return openai_limit_headers(admission)
 
 
 def html_page(status: int) -> str:
@@ -211,6 +237,20 @@ def _anthropic_error(
     return web.json_response(
         body, status=status, headers={**(headers or {}), "request-id": request_id}
     )
+
+
+def _anthropic_rate_limited(
+    admission: Admission, model: str, headers: dict[str, str]
+) -> web.Response:
+    """HTTP 429 as Anthropic sends it when a limit refuses a request (``rate_limit_error``)."""
+    kind = admission.binding or "requests"
+    snap = admission.tokens if kind == "tokens" else admission.requests
+    limit = snap.limit if snap is not None else 0
+    message = (
+        f"This request would exceed the rate limit of {limit} {kind} per minute for {model}. "
+        "Please reduce the rate of requests or try again later."
+    )
+    return _anthropic_error(429, message, headers)
 
 
 def _anthropic_headers(headers: Mapping[str, str], api_key: str | None) -> web.Response | None:
@@ -405,6 +445,10 @@ class Wire:
     """Body of a ``malformed`` answer: the start of a valid answer, cut off."""
     drip_head: bytes
     """First bytes of a ``drip`` answer."""
+    limit_headers: Callable[[Admission, float], dict[str, str]]
+    """The rate-limit headers of an admission (the wall-clock time given for resets)."""
+    rate_limited: Callable[[Admission, str, dict[str, str]], web.Response]
+    """The 429 answer to a request a rate limit refused (admission, model, headers)."""
 
 
 OPENAI = Wire(
@@ -415,6 +459,8 @@ OPENAI = Wire(
     error=error_response,
     truncated='{"id": "chatcmpl-sim", "choices": [{"message": {"content": "trunc',
     drip_head=b'{"id": "chatcmpl-sim-drip", "choices": [',
+    limit_headers=_openai_limit_headers,
+    rate_limited=_openai_rate_limited,
 )
 ANTHROPIC = Wire(
     name="Messages API",
@@ -424,4 +470,6 @@ ANTHROPIC = Wire(
     error=_anthropic_error,
     truncated='{"id": "msg_sim", "type": "message", "content": [{"type": "text", "text": "trunc',
     drip_head=b'{"id": "msg_sim_drip", "type": "message", "content": [',
+    limit_headers=anthropic_limit_headers,
+    rate_limited=_anthropic_rate_limited,
 )
