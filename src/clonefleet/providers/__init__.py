@@ -59,7 +59,6 @@ if TYPE_CHECKING:
     from clonefleet.providers._simserver import start_server as start_server
     from clonefleet.providers._transport import HTTPProvider as HTTPProvider
     from clonefleet.providers._transport import make_client as make_client
-    from clonefleet.providers._transport import parse_retry_after as parse_retry_after
 
 _LAZY = {
     "AnthropicModel": "_anthropic",
@@ -80,7 +79,6 @@ _LAZY = {
     "start_server": "_simserver",
     "HTTPProvider": "_transport",
     "make_client": "_transport",
-    "parse_retry_after": "_transport",
 }
 
 
@@ -123,7 +121,6 @@ __all__ = [
     "openai_payload",
     "openai_response",
     "OpenAIModel",
-    "parse_retry_after",
     "preload",
     "rate_limit_kind",
     "RateLimitKind",

@@ -11,7 +11,6 @@ of them before it leaves this module.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import json
 import math
 import re
@@ -34,11 +33,11 @@ from clonefleet.errors import (
 from clonefleet.providers._bounded_json import loads_bounded, nesting_exceeds
 from clonefleet.providers._guard import ensure_live_requests_allowed, is_loopback_url
 from clonefleet.providers._http1 import Http1Pool, HTTPProtocolError
+from clonefleet.providers._rate_headers import rate_limit_kind, retry_after_s
 
 __all__ = [
     "HTTPProvider",
     "make_client",
-    "parse_retry_after",
     "summarize_body",
     "summarize_json",
     "token_count",
@@ -48,56 +47,9 @@ _USER_AGENT = "clonefleet"
 _REDACTED = "[redacted]"
 _MAX_ERROR_TEXT = 65536
 """Characters of an error body looked at (after the key is scrubbed from the whole body)."""
-_SPEND_CAP_MARKERS = (
-    "insufficient_quota",
-    "exceeded your current quota",
-    "billing_hard_limit",
-    "spend limit",
-    "spending limit",
-    "credit balance",
-    "insufficient credits",
-    "out of credits",
-)
 
 # ---------------------------------------------------------------------------------------------
-# Small helpers: Retry-After, secret scrubbing, error-body summaries.
-
-
-def parse_retry_after(
-    headers: Mapping[str, str], *, now: Callable[[], float] = time.time
-) -> float | None:
-    """Seconds to wait before retrying, from ``retry-after-ms`` or ``Retry-After``.
-
-    ``Retry-After`` may be delta-seconds (``"2"``, ``"1.5"``) or an HTTP date; a date in the past
-    gives ``0.0``. Missing or unparseable values give ``None`` (the caller's own backoff applies).
-    """
-    lowered = {k.lower(): v for k, v in headers.items()}
-    millis = _non_negative(lowered.get("retry-after-ms"))
-    if millis is not None:
-        return millis / 1000
-    raw = lowered.get("retry-after")
-    if raw is None:
-        return None
-    seconds = _non_negative(raw)
-    if seconds is not None:
-        return seconds
-    try:
-        when = email.utils.parsedate_to_datetime(raw.strip())
-    except (TypeError, ValueError, IndexError):
-        return None
-    return max(when.timestamp() - now(), 0.0)
-
-
-def _non_negative(raw: str | None) -> float | None:
-    if raw is None:
-        return None
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        return None
-    if value != value or value in (float("inf"), float("-inf")):  # NaN or infinite
-        return None
-    return max(value, 0.0)
+# Small helpers: secret scrubbing, error-body summaries.
 
 
 class _Scrubber:
@@ -466,12 +418,13 @@ class HTTPProvider:
         content_type = response.headers.get("content-type", "")
         if not 200 <= response.status_code < 300:
             raw = self._scrub(response.text)[:_MAX_ERROR_TEXT]
-            spend_cap = response.status_code == 429 and any(
-                m in raw.lower() for m in _SPEND_CAP_MARKERS
-            )
+            spend_cap = response.status_code == 429 and rate_limit_kind(429, raw) is None
             summary = self._scrub(summarize_body(raw, content_type))
             raise ModelHTTPError(
-                response.status_code, summary, parse_retry_after(response.headers), spend_cap
+                response.status_code,
+                summary,
+                retry_after_s(response.headers, time.time()),
+                spend_cap,
             )
         try:
             data = loads_bounded(response.content)  # orjson: fast, and never a RecursionError

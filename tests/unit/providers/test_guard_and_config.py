@@ -17,7 +17,7 @@ from clonefleet.providers import (
     build_provider,
     ensure_live_requests_allowed,
     live_requests_allowed,
-    parse_retry_after,
+    retry_after_s,
     set_live_requests_allowed,
 )
 
@@ -35,7 +35,7 @@ def http_date(offset_s: float) -> str:
         ({"Retry-After": "2"}, 2.0),
         ({"retry-after": "1.5"}, 1.5),
         ({"Retry-After": "0"}, 0.0),
-        ({"Retry-After": "-3"}, 0.0),
+        ({"Retry-After": "-3"}, None),  # not a delay: the caller's own backoff applies
         ({"Retry-After": " 4 "}, 4.0),
         ({"Retry-After": http_date(10)}, 10.0),
         ({"Retry-After": http_date(-30)}, 0.0),
@@ -62,12 +62,12 @@ def http_date(offset_s: float) -> str:
         "bad-ms",
     ],
 )
-def test_parse_retry_after(headers, expected):
-    assert parse_retry_after(headers, now=lambda: NOW) == expected
+def test_retry_after(headers, expected):
+    assert retry_after_s(headers, NOW) == expected
 
 
-def test_parse_retry_after_reads_httpx_headers_case_insensitively():
-    assert parse_retry_after(httpx.Headers({"RETRY-AFTER": "3"})) == 3.0
+def test_retry_after_reads_httpx_headers_case_insensitively():
+    assert retry_after_s(httpx.Headers({"RETRY-AFTER": "3"}), NOW) == 3.0
 
 
 @pytest.mark.parametrize(
