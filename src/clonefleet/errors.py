@@ -151,9 +151,11 @@ class ModelError(ClonefleetError):
 
 
 class ModelHTTPError(ModelError):
-    """The provider answered with an HTTP error status."""
+    """The provider answered with an HTTP error status. ``body`` is the scrubbed one-line
+    summary of the error body; ``error_type`` the provider's error code or type (``""`` when the
+    body names none)."""
 
-    _rebuilt_from = ("status", "body", "retry_after_s", "spend_cap")
+    _rebuilt_from = ("status", "body", "retry_after_s", "spend_cap", "error_type")
 
     def __init__(
         self,
@@ -161,10 +163,12 @@ class ModelHTTPError(ModelError):
         body: str = "",
         retry_after_s: float | None = None,
         spend_cap: bool = False,
+        error_type: str = "",
     ) -> None:
         super().__init__(f"model returned HTTP {status}")
         self.status, self.body, self.spend_cap = status, body[:500], spend_cap
         self.retry_after_s = retry_after_s
+        self.error_type = error_type[:100]
 
     @property
     def retryable(self) -> bool:
@@ -190,14 +194,19 @@ class ModelBehaviorError(ModelError):
 
 
 class AllModelsFailed(ModelError):
-    """Every candidate model (group and fallbacks) failed; ``failures`` maps model to last error."""
+    """Every candidate model (group and fallbacks) failed; ``failures`` maps model to last error.
 
-    _rebuilt_from = ("failures",)
+    ``cause`` is the run record's ``cause`` object (docs/json.md), when the failover layer made
+    one: each candidate tried, its last HTTP status and error, attempts and time waited.
+    """
 
-    def __init__(self, failures: dict[str, str]) -> None:
+    _rebuilt_from = ("failures", "cause")
+
+    def __init__(self, failures: dict[str, str], cause: dict[str, Any] | None = None) -> None:
         listing = "; ".join(f"{m}: {e}" for m, e in failures.items())
         super().__init__(f"every candidate model failed ({listing})")
         self.failures = dict(failures)
+        self.cause = cause
 
 
 class ClusterError(ClonefleetError):

@@ -280,6 +280,7 @@ RUN_RECORD_FIELDS: tuple[str, ...] = (
     "model",
     "turns",
     "usage",
+    "cause",
 )
 """The fields of one ``run --json`` record, in order (``docs/json.md``)."""
 

@@ -101,6 +101,7 @@ def test_run_record_has_exactly_the_record_fields_as_plain_strings():
         result, salvaged, nonconforming = None, False, False
         concerns, warnings, error, model, turns = (), ("w",), "e", None, 4
         usage = {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}
+        cause = None
 
     record = vocab.run_record(Source(), turns=5)
     assert tuple(record) == vocab.RUN_RECORD_FIELDS

@@ -89,6 +89,8 @@ class RunResult:
     usage: dict[str, int] = field(
         default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
     )
+    cause: dict[str, Any] | None = None
+    """Why the run failed on its provider (docs/json.md); ``None`` otherwise."""
 
     def to_json(self) -> dict[str, Any]:
         return run_record(self)

@@ -5,7 +5,8 @@ failure is retried on the same candidate with backoff (honouring ``Retry-After``
 cursor moves on; a non-transient failure moves on at once. After a success the cursor stays on
 the candidate that answered, a ``fallback_models`` entry included. One request tries each entry
 of the ring (the group from the clone's start, then the fallbacks) at most once, beginning at
-the cursor; when every one has failed, :class:`AllModelsFailed` lists each last failure.
+the cursor; when every one has failed, :class:`AllModelsFailed` lists each last failure and
+carries the run record's ``cause`` (:func:`failure_cause`, docs/json.md).
 """
 
 from __future__ import annotations
@@ -15,10 +16,20 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from clonefleet.errors import AllModelsFailed, ModelError, ModelTimeout
+from clonefleet.errors import AllModelsFailed, ModelError, ModelHTTPError, ModelTimeout
 from clonefleet.providers import Model, ModelRequest, ModelResponse
 
-__all__ = ["Candidate", "FailoverModel", "backoff_s"]
+__all__ = [
+    "CAUSE_MESSAGE_LIMIT",
+    "Candidate",
+    "FailoverModel",
+    "Tried",
+    "backoff_s",
+    "failure_cause",
+]
+
+CAUSE_MESSAGE_LIMIT = 300
+"""Characters kept of a provider's error message in a failure's ``cause``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -30,6 +41,8 @@ class Candidate:
     wire_name: str
     """The name sent to the provider."""
     model: Model
+    provider: str = ""
+    """The config name of the candidate's provider (``""`` when unknown)."""
     max_retries: int = 2
     timeout_s: float = 60.0
     """Overall deadline of one attempt, in seconds."""
@@ -42,6 +55,66 @@ def backoff_s(
     if retry_after_s is not None:
         return min(max(retry_after_s, 0.0), 60.0)
     return min(base_s * 2.0**attempt, cap_s)
+
+
+@dataclass(slots=True, kw_only=True)
+class Tried:
+    """One candidate's part in a failed request: attempts, time waited, its last error."""
+
+    model: str
+    provider: str = ""
+    attempts: int = 0
+    waited_s: float = 0.0
+    error: ModelError | None = None
+
+
+def _cut(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _candidate_cause(tried: Tried) -> dict[str, Any]:
+    err = tried.error
+    http = err if isinstance(err, ModelHTTPError) else None
+    if http is not None:
+        error_type, message = http.error_type, http.body or str(http)
+    else:
+        error_type, message = (type(err).__name__, str(err)) if err is not None else ("", "")
+    return {
+        "model": tried.model,
+        "provider": tried.provider,
+        "attempts": tried.attempts,
+        "last_status": http.status if http is not None else None,
+        "error_type": error_type,
+        "message": _cut(message, CAUSE_MESSAGE_LIMIT),
+    }
+
+
+def _what(entry: dict[str, Any]) -> str:
+    if entry["last_status"] is None:
+        return entry["error_type"] or "error"
+    return f"HTTP {entry['last_status']} {entry['error_type']}".strip()
+
+
+def failure_cause(tries: Sequence[Tried]) -> dict[str, Any]:
+    """The ``cause`` of a request every candidate failed (docs/json.md): the candidates in the
+    order tried, total attempts and wait, and a ``summary`` such as ``HTTP 401 invalid_api_key
+    on model x`` (models with the same failure named together, sorted, so that equal causes of
+    clones starting on different candidates read the same)."""
+    candidates = [_candidate_cause(t) for t in tries]
+    models: dict[str, set[str]] = {}
+    for entry in candidates:
+        models.setdefault(_what(entry), set()).add(entry["model"])
+    parts = [
+        f"{what} on model{'s' if len(names) > 1 else ''} {', '.join(sorted(names))}"
+        for what, names in sorted(models.items())
+    ]
+    return {
+        "summary": _cut("; ".join(parts), CAUSE_MESSAGE_LIMIT),
+        "attempts": sum(t.attempts for t in tries),
+        "waited_s": round(sum(t.waited_s for t in tries), 3),
+        "candidates": candidates,
+    }
 
 
 OnFailover = Callable[[str, str, str], None]
@@ -117,11 +190,15 @@ class FailoverModel:
             AllModelsFailed: every candidate and fallback failed.
         """
         failures: dict[str, str] = {}
+        tries: list[Tried] = []
         order = self._order()
         for position, (slot, cand) in enumerate(order):
+            tried = Tried(model=cand.key, provider=cand.provider)
+            tries.append(tried)
             try:
-                resp = await self._attempts(cand, req)
+                resp = await self._attempts(cand, req, tried)
             except ModelError as exc:
+                tried.error = exc
                 failures[cand.key] = str(exc) or type(exc).__name__
                 if position + 1 < len(order) and self._on_failover:
                     self._on_failover(cand.key, order[position + 1][1].key, failures[cand.key])
@@ -135,9 +212,9 @@ class FailoverModel:
                 model=cand.key,
                 refusal=resp.refusal,
             )
-        raise AllModelsFailed(failures)
+        raise AllModelsFailed(failures, failure_cause(tries))
 
-    async def _attempts(self, cand: Candidate, req: ModelRequest) -> ModelResponse:
+    async def _attempts(self, cand: Candidate, req: ModelRequest, tried: Tried) -> ModelResponse:
         wire = ModelRequest(
             model=cand.wire_name,
             messages=req.messages,
@@ -150,6 +227,7 @@ class FailoverModel:
         bounded = getattr(cand.model, "deadline_s", None)
         own = isinstance(bounded, int | float) and bounded <= cand.timeout_s
         for attempt in range(cand.max_retries + 1):
+            tried.attempts = attempt + 1
             try:
                 if own:
                     return await cand.model.request(wire)
@@ -161,7 +239,9 @@ class FailoverModel:
                 err = exc
             if not err.retryable or attempt == cand.max_retries:
                 raise err
-            await self._sleep(backoff_s(attempt, err.retry_after_s))
+            delay = backoff_s(attempt, err.retry_after_s)
+            tried.waited_s += delay
+            await self._sleep(delay)
         raise AssertionError("unreachable")
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from clonefleet.clone._checkpoint import CloneState, checkpoint_data, read_checkpoint
 from clonefleet.clone._clone_spec import CloneSpec, RunResult
 from clonefleet.clone._compaction import compact, context_tokens
-from clonefleet.clone._failover import FailoverModel
+from clonefleet.clone._failover import FailoverModel, Tried, failure_cause
 from clonefleet.clone._run_end import SALVAGE_WARNING, Ending, run_result
 from clonefleet.clone.exit._judge import ExitJudge, Verdict
 from clonefleet.clone.tools._control import (
@@ -276,7 +276,7 @@ class Clone:
                 task.uncancel()  # ours, and handled: outer timeouts must not see it
             ending = Ending(StopReason.CANCELLED, outcome=Outcome.CANCELLED)
         except AllModelsFailed as exc:
-            ending = Ending(StopReason.FAILED, detail=str(exc))
+            ending = Ending(StopReason.FAILED, detail=str(exc), cause=exc.cause)
         except Exception as exc:  # a bug in a tool or the loop must still end the job
             ending = Ending(StopReason.ABNORMAL, detail=f"{type(exc).__name__}: {exc}")
         finally:
@@ -344,7 +344,9 @@ class Clone:
         except AllModelsFailed:
             raise
         except ModelError as exc:  # a bare model (no failover layer) failing for good
-            raise AllModelsFailed({self.model_name or "model": str(exc)}) from exc
+            name = self.model_name or "model"
+            cause = failure_cause([Tried(model=name, attempts=1, error=exc)])
+            raise AllModelsFailed({name: str(exc)}, cause) from exc
         self.turns += 1
         self.usage = self.usage + response.usage
         self.model_name = response.model or before or self.model_name
@@ -502,6 +504,7 @@ class Clone:
                 k: v
                 for k, v in result.to_json().items()
                 if k in ("status", "stop_reason", "outcome", "error")
+                or (k == "cause" and v is not None)
             },
         )
         return result

@@ -25,6 +25,8 @@ class Ending:
     outcome: str | None = None
     detail: str = ""
     salvaged: bool = False
+    cause: dict[str, Any] | None = None
+    """The provider failure that ended the run (the run record's ``cause``)."""
 
 
 def run_result(
@@ -66,4 +68,5 @@ def run_result(
         model=model,
         turns=turns,
         usage=usage.to_json(),
+        cause=ending.cause,
     )

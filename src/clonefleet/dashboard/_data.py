@@ -54,7 +54,7 @@ RESULT_LIMIT = 20_000
 STATES = tuple(s.value for s in JobState)
 _JOB_ID = re.compile(r"sa_[0-9a-f]{8}")
 _TOKENS = ("input_tokens", "output_tokens", "total_tokens")
-_DETAIL_ONLY = frozenset({"result", "salvaged", "nonconforming", "concerns", "warnings"})
+_DETAIL_ONLY = frozenset({"result", "salvaged", "nonconforming", "concerns", "warnings", "cause"})
 """Run-record fields only a job's detail shows."""
 _ROW_FIELDS = tuple(f for f in RUN_RECORD_FIELDS if f not in _DETAIL_ONLY) + (
     "display_name",

@@ -70,6 +70,7 @@ class ProviderPool:
             key=model_key,
             wire_name=model_cfg.name,
             model=self.provider_model(model_cfg.provider),
+            provider=model_cfg.provider,
             max_retries=provider_cfg.max_retries,
             timeout_s=provider_cfg.timeout_s,
         )

@@ -37,6 +37,7 @@ from clonefleet.providers._rate_headers import rate_limit_kind, retry_after_s
 
 __all__ = [
     "HTTPProvider",
+    "error_type",
     "make_client",
     "summarize_body",
     "summarize_json",
@@ -111,6 +112,24 @@ def summarize_json(data: Any) -> str:
     if isinstance(error, str):
         return error
     return json.dumps(data, separators=(",", ":"))
+
+
+def error_type(text: str) -> str:
+    """The provider's error kind named in an error body: OpenAI's ``error.code`` (such as
+    ``invalid_api_key``) or else its ``error.type``, Anthropic's ``error.type``; ``""`` when the
+    body is not such JSON."""
+    try:
+        data = loads_bounded(text.strip(), _MAX_SUMMARY_DEPTH)
+    except ValueError:
+        return ""
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict):
+        return ""
+    for key in ("code", "type"):
+        value = error.get(key)
+        if isinstance(value, str) and value.strip():
+            return " ".join(value.split())[:100]
+    return ""
 
 
 def _is_timeout(exc: Exception) -> bool:
@@ -425,6 +444,7 @@ class HTTPProvider:
                 summary,
                 retry_after_s(response.headers, time.time()),
                 spend_cap,
+                self._scrub(error_type(raw)),
             )
         try:
             data = loads_bounded(response.content)  # orjson: fast, and never a RecursionError

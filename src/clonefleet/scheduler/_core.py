@@ -400,6 +400,7 @@ class SchedulerCore:
             "stop_reason": rec.stop_reason,
             "outcome": rec.outcome,
             "error": rec.error,
+            "cause": rec.cause,
             "cost_usd": known_cost(
                 rec.cost_usd, rec.unpriced_tokens, rec.usage.get("total_tokens", 0)
             ),

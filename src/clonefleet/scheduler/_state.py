@@ -79,6 +79,9 @@ class JobRecord:
     detail: str | None = None
     """Why a non-completed run ended (e.g. each model's last failure); the ``error`` text stays
     the exact caller-facing sentence."""
+    cause: dict[str, Any] | None = None
+    """Why the run failed on its provider: each candidate's last HTTP status and error, attempts
+    and time waited (docs/json.md); ``None`` for a job that did not fail so."""
     salvaged: bool = False
     nonconforming: bool = False
     restarts: int = 0
@@ -116,7 +119,15 @@ class JobRecord:
         """Record a final run record (a ``RunResult`` as JSON, or one the scheduler made) and
         move to its terminal state; a field the record leaves out keeps its value."""
         self.move(JobState(result["status"]))
-        for key in ("outcome", "stop_reason", "result", "error", "salvaged", "nonconforming"):
+        for key in (
+            "outcome",
+            "stop_reason",
+            "result",
+            "error",
+            "salvaged",
+            "nonconforming",
+            "cause",
+        ):
             if key in result:
                 setattr(self, key, result[key])
         self.turns = result.get("turns", self.turns)
