@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from clonefleet.cli.cluster import add_address_options, connect, journal_dir
 from clonefleet.cli.console import EXIT_FAILED, EXIT_OK, make_console, print_result, whole_number
+from clonefleet.config import printable
 from clonefleet.vocab import succeeded
 
 if TYPE_CHECKING:
@@ -176,6 +177,12 @@ def _jobs_status(fleet: Fleet, args: argparse.Namespace) -> int:
     for job_id in fleet.expand(args.ids):
         s = fleet.job_status(job_id)
         why = f" ({s['detail']})" if s.get("detail") else ""
+        cause = s.get("cause")
+        if isinstance(cause, dict) and cause.get("summary"):
+            # The provider's words: shown printable (no terminal escapes), like the summary's.
+            why += (
+                f" cause: {printable(str(cause['summary']))} ({cause.get('attempts', 0)} attempts)"
+            )
         spent = f"tokens={s['usage'].get('total_tokens', 0)} cost={dollars(s.get('cost_usd'))}"
         print_result(
             s,

@@ -1,7 +1,8 @@
 """The end of ``clonefleet run`` (docs/cli.md): the summary for people, and the ``--out`` file.
 
 The summary counts the batch as a whole (by status, outcome, stop reason and model; turns,
-tokens and cost), lists the first failures with their errors and names a command that lists
+tokens and cost), counts the failures by cause (``12 failed: HTTP 401 invalid_api_key on model
+x``), lists the first failures with their errors and names a command that lists
 the rest; the per-job table is printed only for small batches or on request. :class:`RecordFile`
 appends one ``run --json`` record per line as each job ends.
 """
@@ -30,7 +31,16 @@ from clonefleet.config import Config, printable, usage_cost
 from clonefleet.errors import UsageError
 from clonefleet.vocab import succeeded
 
-__all__ = ["FAILURES_LISTED", "TABLE_UP_TO", "RecordFile", "RunEnd", "keep_failures", "summary"]
+__all__ = [
+    "CAUSES_LISTED",
+    "FAILURES_LISTED",
+    "TABLE_UP_TO",
+    "RecordFile",
+    "RunEnd",
+    "cause_lines",
+    "keep_failures",
+    "summary",
+]
 
 FAILURES_LISTED = 20
 """Failures the summary lists with their errors."""
@@ -215,15 +225,36 @@ def keep_failures(end: RunEnd) -> Path | None:
     return Path(name)
 
 
+CAUSES_LISTED = 10
+"""Distinct causes of failure the summary counts (the rest are counted together)."""
+
+
+def cause_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """``12 failed: HTTP 401 invalid_api_key on model x``: the failed jobs that carry a
+    ``cause`` (docs/json.md), counted by its ``summary``, most first, then by text."""
+    counts = Counter(
+        str(r["cause"].get("summary") or "unknown")
+        for r in records
+        if isinstance(r.get("cause"), Mapping) and r.get("status") == "failed"
+    )
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    lines = [f"{n:,} failed: {printable(what)}" for what, n in ordered[:CAUSES_LISTED]]
+    rest = sum(n for _, n in ordered[CAUSES_LISTED:])
+    if rest:
+        lines.append(f"{rest:,} failed: {len(ordered) - CAUSES_LISTED} other causes")
+    return lines
+
+
 def _failures(end: RunEnd, kept: Path | None) -> list[RenderableType]:
     failures = [r for r in end.records if not succeeded(r)]
     if not failures:
         return [Text("failures: none", style="green")]
+    causes = [Text.assemble((f"{'cause':<12}", "bold"), " ", x) for x in cause_lines(failures)]
     first = failures[:FAILURES_LISTED]
     head = f"failures: {len(failures):,}"
     if len(failures) > len(first):
         head += f" (the first {len(first)} by clone index)"
-    out: list[RenderableType] = [Text(head, style="bold red")]
+    out: list[RenderableType] = [*causes, Text(head, style="bold red")]
     lines = [Text(failure_line(r, end.details.get(r["job_id"]), 240)) for r in first]
     out += [Padding(line, (0, 0, 0, 2)) for line in lines]
     rest = len(failures) - len(first)
