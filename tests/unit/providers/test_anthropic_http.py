@@ -5,6 +5,7 @@ and each fault mode ending in a retry, a failover or a clear failure, never a ha
 from __future__ import annotations
 
 import asyncio
+import json
 import pickle
 import time
 import traceback
@@ -232,7 +233,7 @@ async def test_overload_and_rate_limit_are_retryable_with_the_servers_retry_afte
         2.5,
         False,
     )
-    assert err.body == f"{kind}: simulated failure"
+    assert err.body == f"{kind}: simulated failure" and err.error_type == kind
     assert server.outcomes == {f"error {status}": 1}
 
 
@@ -285,7 +286,16 @@ async def test_the_api_key_never_appears_in_an_error_even_when_the_server_echoes
     err = info.value
     assert list(err.failures) == ["a", "b", "c"]
     assert "invalid x-api-key: [redacted]" in err.failures["a"]
+    # The cause a failed job's record carries (docs/json.md): statuses, error types, no key.
+    assert err.cause is not None
+    first, second, third = err.cause["candidates"]
+    assert (first["last_status"], first["error_type"]) == (401, "authentication_error")
+    assert "[redacted]" in first["message"]
+    assert (second["last_status"], second["error_type"]) == (None, "ModelTimeout")
+    assert (third["last_status"], third["error_type"]) == (None, "ModelBehaviorError")
+    assert err.cause["summary"].startswith("HTTP 401 authentication_error on model a; ")
     texts = [
+        json.dumps(err.cause),
         str(err),
         repr(err),
         *err.failures.values(),

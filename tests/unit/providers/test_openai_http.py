@@ -218,6 +218,20 @@ async def test_every_candidate_failing_lists_each_last_failure(
     assert "HTTP 502" in failures["d"] and "Bad Gateway" in failures["d"]
     assert all(key in str(info.value) for key in "abcd")
     assert pickle.loads(pickle.dumps(info.value)).failures == failures
+    # The cause a failed job's record carries (docs/json.md), in the order tried.
+    cause = info.value.cause
+    assert cause is not None
+    assert [
+        (c["model"], c["attempts"], c["last_status"], c["error_type"]) for c in cause["candidates"]
+    ] == [
+        ("a", 1, 401, "invalid_api_key"),
+        ("b", 2, 503, "server_error"),
+        ("c", 1, None, "ModelTimeout"),
+        ("d", 1, 502, ""),
+    ]
+    assert cause["attempts"] == 5 and cause["waited_s"] == pytest.approx(sum(sleeps.delays))
+    assert "HTTP 401 invalid_api_key on model a" in cause["summary"]
+    assert "Bad Gateway" in cause["candidates"][3]["message"]
 
 
 async def test_many_concurrent_requests_share_one_client(sim, openai_model, req):
