@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from clonefleet.providers._simserver import serve_main as serve_main
     from clonefleet.providers._simserver import start_server as start_server
     from clonefleet.providers._transport import HTTPProvider as HTTPProvider
+    from clonefleet.providers._transport import error_type as error_type
     from clonefleet.providers._transport import make_client as make_client
 
 _LAZY = {
@@ -78,6 +79,7 @@ _LAZY = {
     "serve_main": "_simserver",
     "start_server": "_simserver",
     "HTTPProvider": "_transport",
+    "error_type": "_transport",
     "make_client": "_transport",
 }
 
@@ -105,6 +107,7 @@ __all__ = [
     "BLOCK_LIVE_ENV",
     "build_provider",
     "ensure_live_requests_allowed",
+    "error_type",
     "HTTPProvider",
     "IdentityCache",
     "is_loopback_url",

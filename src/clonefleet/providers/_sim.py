@@ -371,6 +371,7 @@ class SimulatedModel:
                     429,
                     f"rate limit of {admission.binding} per minute reached for {req.model}",
                     admission.retry_after_s if self.limiter.limits.headers else None,
+                    error_type=sim_error_type(429),
                 )
         step = self.brain.next_step(req)
         self._calls += 1
@@ -385,8 +386,28 @@ class SimulatedModel:
         if step.malformed or (step.html and step.error is None):
             raise ModelBehaviorError("simulated provider returned a malformed response")
         if step.error is not None:
-            raise ModelHTTPError(step.error, "simulated failure", step.retry_after)
+            raise ModelHTTPError(
+                step.error,
+                "simulated failure",
+                step.retry_after,
+                error_type=sim_error_type(step.error),
+            )
         return step_to_response(step, req, self._calls)
+
+
+_SIM_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_api_key",
+    403: "permission_denied",
+    429: "rate_limit_exceeded",
+}
+
+
+def sim_error_type(status: int) -> str:
+    """The error kind the simulated server's OpenAI wire names for ``status`` (its ``code``)."""
+    return _SIM_ERROR_TYPES.get(
+        status, "server_error" if status >= 500 else "invalid_request_error"
+    )
 
 
 LAST_JOB = "$last_job"

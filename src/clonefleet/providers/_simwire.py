@@ -22,6 +22,7 @@ from clonefleet.providers._protocol import (
     ToolCall,
     ToolSpec,
 )
+from clonefleet.providers._sim import sim_error_type
 from clonefleet.providers._sim_limits import (
     Admission,
     anthropic_limit_headers,
@@ -60,12 +61,6 @@ _REASONS.update(
         504: "Gateway Timeout",
     }
 )
-_ERROR_TYPES = {
-    401: "invalid_api_key",
-    403: "permission_denied",
-    429: "rate_limit_exceeded",
-    400: "invalid_request_error",
-}
 _ANTHROPIC_ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -83,7 +78,7 @@ _ANTHROPIC_ERROR_TYPES = {
 def error_response(
     status: int, message: str, headers: dict[str, str] | None = None
 ) -> web.Response:
-    kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    kind = sim_error_type(status)
     body = {"error": {"message": message, "type": kind, "code": kind, "param": None}}
     return web.json_response(body, status=status, headers=headers)
 
@@ -100,7 +95,7 @@ def _openai_rate_limited(admission: Admission, model: str, headers: dict[str, st
         f"Rate limit reached for {model} on {unit}: Limit {limit}, Requested {asked}. "
         f"Please try again in {go_duration(admission.retry_after_s)}."
     )
-    body = {"error": {"message": message, "type": kind, "param": None, "code": _ERROR_TYPES[429]}}
+    body = {"error": {"message": message, "type": kind, "param": None, "code": sim_error_type(429)}}
     return web.json_response(body, status=429, headers=headers)
 
 

@@ -8,8 +8,7 @@ import pytest
 
 from clonefleet.clone import Candidate, Clone, FailoverModel
 from clonefleet.errors import AllModelsFailed, ModelHTTPError, ModelTimeout
-from clonefleet.providers import ModelRequest
-from clonefleet.providers._transport import error_type
+from clonefleet.providers import ModelRequest, SimBrain, SimulatedModel, error_type
 from clonefleet.testing import FakeClock, FunctionModel, make_spec, reply
 from clonefleet.vocab import RUN_RECORD_FIELDS, StopReason
 
@@ -143,3 +142,13 @@ async def test_a_bare_model_failing_has_a_cause_and_a_success_has_none():
     done = await Clone(make_spec(), ok, emit=events.append).run()
     assert done.cause is None and done.to_json()["cause"] is None
     assert "cause" not in events[-1]
+
+
+async def test_the_in_process_simulated_provider_names_its_error_type():
+    sim = SimulatedModel(SimBrain(fail_rate=1.0))
+    model = FailoverModel(cands(sim, retries=1), sleep=FakeClock().sleep)
+    result = await Clone(make_spec(), model).run()
+    assert result.error == "Error: subagent run failed"
+    assert result.cause is not None
+    assert result.cause["summary"] == "HTTP 503 server_error on model m0"
+    assert result.cause["attempts"] == 2 and result.cause["waited_s"] == 0.25
