@@ -32,6 +32,7 @@ from clonefleet.config._mcp import check_mcp_server_name as check_mcp_server_nam
 from clonefleet.config._permissions import PermissionsConfig as PermissionsConfig
 from clonefleet.config._schema import ANTHROPIC_BASE_URL as ANTHROPIC_BASE_URL
 from clonefleet.config._schema import ANTHROPIC_KEY_ENV as ANTHROPIC_KEY_ENV
+from clonefleet.config._schema import AdmissionConfig as AdmissionConfig
 from clonefleet.config._schema import Config as Config
 from clonefleet.config._schema import ConfigSource as ConfigSource
 from clonefleet.config._schema import DiscoveryConfig as DiscoveryConfig
@@ -71,6 +72,7 @@ __all__ = [
     "ConfigSource",
     "DiscoveryConfig",
     "DurabilityConfig",
+    "AdmissionConfig",
     "LimitsConfig",
     "MAX_CONFIG_BYTES",
     "MCP_SERVER_NAME",

@@ -22,6 +22,7 @@ from clonefleet.permissions import RuleSet
 _STRICT = ConfigDict(frozen=True, extra="forbid")
 
 __all__ = [
+    "AdmissionConfig",
     "ANTHROPIC_BASE_URL",
     "ANTHROPIC_KEY_ENV",
     "Config",
@@ -80,6 +81,13 @@ class ProviderConfig(BaseModel):
     """Retries of a transient failure on the same candidate before moving on."""
     max_connections: int = Field(default=1000, ge=1)
     """Connection-pool size per clone host process."""
+    rpm: int | None = Field(default=None, ge=1)
+    """Requests per minute to all of this provider's models together, fleet-wide (``None``:
+    only what the provider announces; docs/rate-limits.md)."""
+    tpm: int | None = Field(default=None, ge=1)
+    """Tokens per minute (input plus output) to all of its models together, fleet-wide."""
+    max_in_flight: int | None = Field(default=None, ge=1)
+    """Requests waiting for an answer at once, fleet-wide."""
     simulated: SimulatedOptions = SimulatedOptions()
 
     @model_validator(mode="after")
@@ -105,6 +113,12 @@ class ModelConfig(BaseModel):
     name: str
     max_tokens: int | None = None
     price: PriceConfig | None = None
+    rpm: int | None = Field(default=None, ge=1)
+    """Requests per minute to this model, fleet-wide, within its provider's ``rpm``."""
+    tpm: int | None = Field(default=None, ge=1)
+    """Tokens per minute to this model, fleet-wide, within its provider's ``tpm``."""
+    max_in_flight: int | None = Field(default=None, ge=1)
+    """Requests to this model waiting for an answer at once, fleet-wide."""
     """Gives the cost of its usage; without it, cost is unknown (``None``)."""
 
 
@@ -131,6 +145,23 @@ class LimitsConfig(BaseModel):
     max_restarts: int = Field(default=2, ge=0)
     """How many times a clone whose host died is restarted from its last checkpoint before it
     ends ``failed``."""
+
+
+class AdmissionConfig(BaseModel):
+    """How requests are admitted against providers' rate limits (docs/rate-limits.md)."""
+
+    model_config = _STRICT
+    learn: bool = True
+    """Follow the limits providers announce in their headers, and back off on refusals when
+    they announce none (``False``: only configured limits apply)."""
+    initial_in_flight: int = Field(default=32, ge=1)
+    """Requests in flight fleet-wide to a model nothing is known about yet; the window doubles
+    with each round of answers until the provider announces a limit or refuses one."""
+    fail_over_groups: tuple[str, ...] = ()
+    """Model groups whose clones move to their next candidate when refused for rate (the
+    others wait for capacity on the same model)."""
+    safety: float = Field(default=0.95, gt=0.0, le=1.0)
+    """Share of a limit learned from headers that is used (configured limits are used whole)."""
 
 
 class DurabilityConfig(BaseModel):
@@ -194,6 +225,8 @@ class Config(BaseModel):
     model_groups: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     aliases: dict[str, str] = Field(default_factory=dict)
     limits: LimitsConfig = LimitsConfig()
+    admission: AdmissionConfig = AdmissionConfig()
+    """Fleet-wide admission against providers' rate limits (docs/rate-limits.md)."""
     discovery: DiscoveryConfig = DiscoveryConfig()
     durability: DurabilityConfig = DurabilityConfig()
     permissions: PermissionsConfig = PermissionsConfig()
@@ -263,6 +296,12 @@ class Config(BaseModel):
             for member in members:
                 if member not in models and member not in aliases:
                     raise ValueError(f"model_groups.{group} names unknown model {member!r}")
+        for group in self.admission.fail_over_groups:
+            if group not in groups:
+                raise ValueError(
+                    f"admission.fail_over_groups names unknown model group {group!r}; "
+                    f"known: {', '.join(sorted(groups))}"
+                )
         return self
 
     def resolve_model(self, name: str) -> tuple[str, ModelConfig, ProviderConfig]:
