@@ -9,7 +9,8 @@ clone comes from the request's ``user`` field (OpenAI) or ``metadata.user_id`` (
 steps become real HTTP faults on both: an error status with ``Retry-After``, an HTML error page,
 a request that never answers, a body that drips forever, and a 200 with broken JSON.
 With :class:`SimLimits` set it enforces them per model as providers do: 429s in each wire's
-own shape, and the limit headers on every answer (docs/cli.md).
+own shape, and the limit headers on every answer (docs/cli.md). ``GET /sim/stats`` answers its
+counters (requests, outcomes, 429s, tokens charged).
 It never binds anything but a loopback address; it is a test and benchmark backend, not a proxy.
 """
 
@@ -73,6 +74,11 @@ class SimServer:
         """Model requests received (chat completions and messages)."""
         self.outcomes: Counter[str] = Counter()
         """How each request was answered: ``ok``, ``error 503``, ``html 502``, ``hang``, ``drip``, ..."""
+        self.rate_limited = 0
+        """Requests refused with 429 by the rate limits (also ``outcomes["rate limited 429"]``)."""
+        self.tokens_admitted = 0
+        """Tokens the rate limits charged for the requests they let through (:func:`request_cost`
+        each; 0 without limits)."""
         self.first_request_at: dict[str, float] = {}
         """Wall-clock time (``time.time()``) each clone's first chat request arrived, keyed
         ``"<batch_id>/<clone_index>"`` (the request's ``user``); for spawn-to-first-request figures.
@@ -86,6 +92,7 @@ class SimServer:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/messages", self._messages)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/sim/stats", self._stats)
         app.on_shutdown.append(self._on_shutdown)
         return app
 
@@ -98,6 +105,18 @@ class SimServer:
             {"id": m, "object": "model", "created": 0, "owned_by": "clonefleet"} for m in MODEL_IDS
         ]
         return web.json_response({"object": "list", "data": data})
+
+    def stats(self) -> dict[str, Any]:
+        """The counters: ``requests``, ``outcomes``, ``rate_limited``, ``tokens_admitted``."""
+        return {
+            "requests": self.requests,
+            "outcomes": dict(self.outcomes),
+            "rate_limited": self.rate_limited,
+            "tokens_admitted": self.tokens_admitted,
+        }
+
+    async def _stats(self, _request: web.Request) -> web.Response:
+        return web.json_response(self.stats())
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         return await self._answer(request, OPENAI)
@@ -150,7 +169,9 @@ class SimServer:
         admission = self.limiter.admit(req.model, request_cost(req))
         headers = wire.limit_headers(admission, time.time()) if self.limiter.limits.headers else {}
         if admission.admitted:
+            self.tokens_admitted += admission.cost
             return None, headers
+        self.rate_limited += 1
         self.outcomes["rate limited 429"] += 1
         return wire.rate_limited(admission, req.model, headers), headers
 
