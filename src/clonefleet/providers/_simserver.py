@@ -79,6 +79,10 @@ class SimServer:
         self.tokens_admitted = 0
         """Tokens the rate limits charged for the requests they let through (:func:`request_cost`
         each; 0 without limits)."""
+        self.first_at: float | None = None
+        """Wall-clock time (``time.time()``) the first model request arrived."""
+        self.last_ok_at: float | None = None
+        """Wall-clock time the latest ``ok`` answer was sent."""
         self.first_request_at: dict[str, float] = {}
         """Wall-clock time (``time.time()``) each clone's first chat request arrived, keyed
         ``"<batch_id>/<clone_index>"`` (the request's ``user``); for spawn-to-first-request figures.
@@ -107,12 +111,15 @@ class SimServer:
         return web.json_response({"object": "list", "data": data})
 
     def stats(self) -> dict[str, Any]:
-        """The counters: ``requests``, ``outcomes``, ``rate_limited``, ``tokens_admitted``."""
+        """The counters: ``requests``, ``outcomes``, ``rate_limited``, ``tokens_admitted``,
+        ``first_at`` and ``last_ok_at`` (wall-clock seconds, ``None`` before any)."""
         return {
             "requests": self.requests,
             "outcomes": dict(self.outcomes),
             "rate_limited": self.rate_limited,
             "tokens_admitted": self.tokens_admitted,
+            "first_at": self.first_at,
+            "last_ok_at": self.last_ok_at,
         }
 
     async def _stats(self, _request: web.Request) -> web.Response:
@@ -127,6 +134,8 @@ class SimServer:
     async def _answer(self, request: web.Request, wire: Wire) -> web.StreamResponse:
         arrived = time.time()
         self.requests += 1
+        if self.first_at is None:
+            self.first_at = arrived
         refused = wire.check_headers(request.headers, self.api_key)
         if refused is not None:
             self.outcomes[f"refused {refused.status}"] += 1
@@ -157,6 +166,7 @@ class SimServer:
         if step.is_fault:
             return await self._fault(step, request, wire)
         self.outcomes["ok"] += 1
+        self.last_ok_at = time.time()
         return web.json_response(
             wire.render(step_to_response(step, req, self.requests), req.model, self.requests),
             headers=limit_headers or None,

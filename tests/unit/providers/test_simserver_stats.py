@@ -32,6 +32,7 @@ async def test_stats_count_requests_refusals_and_admitted_tokens(sim):
     assert stats["rate_limited"] == 3 == stats["outcomes"]["rate limited 429"]
     assert stats["tokens_admitted"] == 2 * (2 + 10)  # request_cost: two words + max_tokens
     assert stats == server.stats()
+    assert 0 < stats["first_at"] <= stats["last_ok_at"]
 
 
 async def test_stats_without_limits_count_no_refusals_or_tokens(sim):
@@ -41,3 +42,8 @@ async def test_stats_without_limits_count_no_refusals_or_tokens(sim):
         stats = (await client.get(f"{url.removesuffix('/v1')}/sim/stats")).json()
     assert (stats["requests"], stats["rate_limited"], stats["tokens_admitted"]) == (1, 0, 0)
     assert stats["outcomes"] == {"ok": 1}
+
+
+async def test_stats_before_any_request_have_no_times(sim):
+    server, _ = await sim()
+    assert (server.stats()["first_at"], server.stats()["last_ok_at"]) == (None, None)
