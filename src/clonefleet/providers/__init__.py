@@ -37,6 +37,7 @@ from clonefleet.providers._sim import SimBrain as SimBrain
 from clonefleet.providers._sim import SimScript as SimScript
 from clonefleet.providers._sim import SimStep as SimStep
 from clonefleet.providers._sim import SimulatedModel as SimulatedModel
+from clonefleet.providers._sim_limits import SimLimits as SimLimits
 
 if TYPE_CHECKING:
     from clonefleet.providers._anthropic import AnthropicModel as AnthropicModel
@@ -134,6 +135,7 @@ __all__ = [
     "set_live_requests_allowed",
     "SIM_SERVER",
     "SimBrain",
+    "SimLimits",
     "SimScript",
     "SimServer",
     "SimStep",
