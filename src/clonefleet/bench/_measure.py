@@ -39,6 +39,13 @@ class Sample:
     """Model requests the server answered during the batch (``None``: no stats route)."""
     errors: list[str] = field(default_factory=list)
     """What went wrong, one entry per failed clone or agent (empty when all succeeded)."""
+    rate_limited: int | None = None
+    """Requests the server refused with 429 during the batch (``None``: no stats route)."""
+    answered: int | None = None
+    """Requests the server answered ``ok`` during the batch (``None``: no stats route)."""
+    tokens: int | None = None
+    """Tokens the server's rate limits charged for the requests they let through during the
+    batch (0 without limits; ``None``: no stats route)."""
 
 
 def _watched(
@@ -58,6 +65,7 @@ def _watched(
     firsts = [(ts - t0) * 1000 for ts in (after or {}).get("first_request_at", {}).values()]
     requests = after["requests"] - before["requests"] if after and before else None
     return Sample(
+        **_counted(before, after),
         makespan_s=makespan_s,
         completed=completed,
         cpu_s=sum(watch.cpu_by_kind(cpu_idle).values()),
@@ -67,6 +75,23 @@ def _watched(
         requests=requests,
         errors=errors,
     )
+
+
+def _counted(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any]:
+    """What the server's counters moved by during a batch: 429s, ``ok`` answers, tokens
+    charged (each ``None`` where a server does not count it)."""
+
+    def delta(read: Callable[[dict[str, Any]], Any]) -> int | None:
+        if not before or not after:
+            return None
+        a, b = read(after), read(before)
+        return None if a is None or b is None else int(a) - int(b)
+
+    return {
+        "rate_limited": delta(lambda s: s.get("rate_limited")),
+        "answered": delta(lambda s: s.get("outcomes", {}).get("ok", 0)),
+        "tokens": delta(lambda s: s.get("tokens_admitted")),
+    }
 
 
 def measure_clonefleet(

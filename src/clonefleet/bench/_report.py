@@ -10,9 +10,17 @@ from importlib import metadata
 from typing import Any
 
 from clonefleet.bench._measure import Sample
-from clonefleet.bench._stats import mb, percentile, ratio, rounded, spread
+from clonefleet.bench._stats import (
+    batch_tokens,
+    limit_min_makespan_s,
+    mb,
+    percentile,
+    ratio,
+    rounded,
+    spread,
+)
 
-__all__ = ["COLUMNS", "machine", "summarise", "table", "versions"]
+__all__ = ["COLUMNS", "LIMIT_COLUMNS", "machine", "summarise", "table", "versions"]
 
 
 def summarise(
@@ -49,6 +57,31 @@ def summarise(
         "completed": completed,
         "clones": n * len(runs),
         "errors": sorted({e for r in runs for e in r.errors}),
+        **(_limited(n, runs, params, median) if getattr(params, "limited", False) else {}),
+    }
+
+
+def _total(values: list[int | None]) -> int | None:
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+def _limited(n: int, runs: list[Sample], params: Any, makespan_s: float) -> dict[str, Any]:
+    """The fields of a row measured against a rate limit (docs/benchmarks.md, "Against a rate
+    limit"): requests sent and 429s over the repeats, and the least makespan the limit allows."""
+    needed = params.turns * n
+    tokens = [batch_tokens(needed, r.tokens, r.answered) for r in runs]
+    known = [t for t in tokens if t is not None]
+    floor = limit_min_makespan_s(
+        needed, params.rpm, params.tpm, statistics.median(known) if known else None
+    )
+    sent, refused = _total([r.requests for r in runs]), _total([r.rate_limited for r in runs])
+    return {
+        "requests_sent": sent,
+        "rate_limited": refused,
+        "rate_limited_share": rounded(ratio(refused, sent), 4),
+        "tokens_per_batch": rounded(statistics.median(known), 0) if known else None,
+        "limit_min_makespan_s": rounded(floor, 3),
+        "ratio_to_limit_min": rounded(ratio(makespan_s, floor), 3),
     }
 
 
@@ -73,19 +106,33 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 """(title, key of a result row, format) of each column of :func:`table`."""
 
+LIMIT_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("sent", "requests_sent", "d"),
+    ("429s", "rate_limited", "d"),
+    ("429 %", "rate_limited_pct", ".1f"),
+    ("limit min s", "limit_min_makespan_s", ".3f"),
+    ("x limit min", "ratio_to_limit_min", ".2f"),
+)
+"""The columns :func:`table` adds for rows measured against a rate limit."""
 
-def _cells(row: dict[str, Any]) -> list[str]:
+
+def _cells(row: dict[str, Any], columns: tuple[tuple[str, str, str], ...]) -> list[str]:
     if "skipped" in row:
         return [str(row["n"]), row["system"], f"skipped: {row['skipped']}"]
     shown = {**row, "spread": _spread_cell(row), "ok": f"{row['completed']}/{row['clones']}"}
-    return ["-" if shown.get(k) is None else format(shown[k], spec) for _, k, spec in COLUMNS]
+    if row.get("rate_limited_share") is not None:
+        shown["rate_limited_pct"] = 100 * row["rate_limited_share"]
+    return ["-" if shown.get(k) is None else format(shown[k], spec) for _, k, spec in columns]
 
 
 def table(results: list[dict[str, Any]]) -> str:
     """The results as a plain-text table, one line per batch size and system (a skipped
-    baseline gets its reason instead of figures)."""
-    head = [title for title, _, _ in COLUMNS]
-    rows = [_cells(r) for r in results]
+    baseline gets its reason instead of figures); rows measured against a rate limit add
+    :data:`LIMIT_COLUMNS`."""
+    limited = any("limit_min_makespan_s" in r for r in results)
+    columns = COLUMNS + LIMIT_COLUMNS if limited else COLUMNS
+    head = [title for title, _, _ in columns]
+    rows = [_cells(r, columns) for r in results]
     full = [r for r in rows if len(r) == len(head)]
     widths = [max(len(r[i]) for r in [head, *full]) for i in range(len(head))]
 

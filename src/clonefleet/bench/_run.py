@@ -20,8 +20,9 @@ from clonefleet.bench._report import machine, summarise, versions
 from clonefleet.bench._server import Server
 from clonefleet.config import Config, DurabilityConfig, ModelConfig, ProviderConfig
 from clonefleet.errors import UsageError
+from clonefleet.providers import SimLimits
 
-__all__ = ["BASELINES", "SYSTEMS", "BenchParams", "run_bench"]
+__all__ = ["BASELINES", "SYSTEMS", "BenchParams", "run_bench", "server_limits", "steps"]
 
 BASELINES = ("floor", "actor-per-clone")
 """The baselines ``--baselines`` may name."""
@@ -63,10 +64,33 @@ class BenchParams:
     """Largest batch the actor-per-clone baseline runs; larger ones are skipped."""
     time_limit_s: float = 600.0
     """Longest wait for one batch, in seconds."""
+    rpm: int | None = None
+    """Requests per minute the started server allows per model (``None``: no limit)."""
+    tpm: int | None = None
+    """Tokens per minute the started server allows per model (``None``: no limit)."""
+    burst: int | None = None
+    """Requests the server lets through at once after an idle spell (needs ``rpm``)."""
+    limit_headers: bool = True
+    """The server sends rate-limit headers and ``retry-after`` (``False``: bare 429s)."""
+    client_rpm: int | None = None
+    """``rpm`` of the provider in clonefleet's config (its own limit)."""
+    client_tpm: int | None = None
+    """``tpm`` of the provider in clonefleet's config."""
+
+    @property
+    def limited(self) -> bool:
+        """Whether the started server enforces a rate limit (the baselines are then not run)."""
+        return self.rpm is not None or self.tpm is not None
+
+    @property
+    def measured_baselines(self) -> tuple[str, ...]:
+        """The baselines run: none against a rate limit (they have no limiter of their own)."""
+        return () if self.limited else self.baselines
 
     def check(self) -> None:
         """Raises:
-        UsageError: a value out of range or an unknown baseline."""
+        UsageError: a value out of range, an unknown baseline, or limits that do not fit."""
+        _check_limits(self)
         if not self.counts or min(self.counts) < 1:
             raise UsageError("--count takes batch sizes of 1 or more")
         if self.turns < 1 or self.repeat < 1:
@@ -78,6 +102,22 @@ class BenchParams:
             raise UsageError(f"unknown baseline {unknown[0]!r}; choose from {', '.join(BASELINES)}")
 
 
+def _check_limits(params: BenchParams) -> None:
+    for name in ("rpm", "tpm", "burst", "client_rpm", "client_tpm"):
+        value = getattr(params, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} takes a whole number of 1 or more")
+    if params.burst is not None and params.rpm is None:
+        raise UsageError("--burst needs --rpm: the burst counts requests of the server's rpm")
+    if not params.limit_headers and not params.limited:
+        raise UsageError("--no-limit-headers needs --rpm or --tpm: without a limit there are none")
+    if params.limited and params.base_url:
+        raise UsageError(
+            "--rpm, --tpm, --burst and --no-limit-headers set the limits of the server the bench "
+            "starts; with --base-url the server is your own"
+        )
+
+
 Progress = Callable[[str, int], None]
 """``progress(text, steps_done)``: what the run is doing, and how many of :func:`steps` that
 ended (1 after each batch, the repeats of a baseline skipped at a size, else 0)."""
@@ -85,12 +125,24 @@ ended (1 after each batch, the repeats of a baseline skipped at a size, else 0).
 
 def steps(params: BenchParams) -> int:
     """Batches the run makes at most (for a progress bar)."""
-    return len(params.counts) * params.repeat * (1 + len(params.baselines))
+    return len(params.counts) * params.repeat * (1 + len(params.measured_baselines))
+
+
+def server_limits(params: BenchParams) -> SimLimits | None:
+    """The limits of the server the bench starts (``None``: none)."""
+    if not params.limited:
+        return None
+    return SimLimits(
+        rpm=params.rpm, tpm=params.tpm, burst=params.burst, headers=params.limit_headers
+    )
 
 
 def _config(params: BenchParams, base_url: str) -> Config:
+    provider = ProviderConfig(
+        kind="openai", base_url=base_url, rpm=params.client_rpm, tpm=params.client_tpm
+    )
     return Config(
-        providers={"srv": ProviderConfig(kind="openai", base_url=base_url)},
+        providers={"srv": provider},
         models={"m": ModelConfig(provider="srv", name="sim")},
         model_groups={"default": ("m",)},
         durability=DurabilityConfig(enabled=params.journal),
@@ -113,7 +165,9 @@ def run_bench(params: BenchParams, progress: Progress | None = None) -> dict[str
     params.check()
     say: Progress = progress or (lambda _text, _steps: None)
     load_before = machine()["load_average"]
-    server = Server(params.latency_ms, params.seed, params.turns, params.base_url)
+    server = Server(
+        params.latency_ms, params.seed, params.turns, params.base_url, server_limits(params)
+    )
     watch = ProcWatch(exclude={server.proc.pid} if server.proc else set())
     try:
         with tempfile.TemporaryDirectory(prefix="clonefleet-bench-") as cwd:
@@ -154,7 +208,7 @@ def _sizes(
             partial(measure_clonefleet, fleet, server, watch, n, params=params),
         )
         template = _template(server)
-        for name in params.baselines:
+        for name in params.measured_baselines:
             reason = _skip(name, n, params, template, learned)
             if reason is not None:
                 say(f"N={n} {name}: skipped ({reason})", params.repeat)

@@ -1,8 +1,9 @@
 """The benchmark's simulated provider: served over HTTP from its own process on 127.0.0.1.
 
 A child process running :func:`main` serves it (the simulated provider of
-``clonefleet provider serve``, scripted so every clone makes ``TURNS`` model requests, plus a
-``GET /bench/stats`` route); :class:`Server` starts that process, or talks to one given by URL.
+``clonefleet provider serve``, scripted so every clone makes ``TURNS`` model requests, with
+the rate limits asked for, plus a ``GET /bench/stats`` route); :class:`Server` starts that
+process, or talks to one given by URL.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clonefleet.errors import ClusterError
 
-__all__ = ["Server", "main", "turn_script"]
+if TYPE_CHECKING:
+    from clonefleet.providers import SimLimits
+
+__all__ = ["Server", "limit_args", "main", "parse_limits", "turn_script"]
 
 _READY = "serving simulated provider on "
 
@@ -35,13 +39,35 @@ def turn_script(turns: int) -> dict[str, Any]:
     return {"default": steps}
 
 
-async def _serve(latency_ms: float, seed: int, turns: int) -> int:
+def limit_args(limits: SimLimits | None) -> list[str]:
+    """``limits`` as the server process's arguments ``[RPM, TPM, BURST, HEADERS]`` (``-``: none;
+    no arguments without limits); :func:`parse_limits` reads them back."""
+    if limits is None:
+        return []
+    return [
+        *("-" if v is None else str(v) for v in (limits.rpm, limits.tpm, limits.burst)),
+        "on" if limits.headers else "off",
+    ]
+
+
+def parse_limits(args: list[str]) -> SimLimits | None:
+    """The :class:`SimLimits` of :func:`limit_args`' arguments (``None`` for none)."""
+    from clonefleet.providers import SimLimits
+
+    if not args:
+        return None
+    rpm, tpm, burst = (None if a == "-" else int(a) for a in args[:3])
+    return SimLimits(rpm=rpm, tpm=tpm, burst=burst, headers=args[3] == "on")
+
+
+async def _serve(latency_ms: float, seed: int, turns: int, limits: SimLimits | None) -> int:
     from aiohttp import web
 
     from clonefleet.providers import SimBrain, SimScript, SimServer
 
     script = SimScript.from_data(turn_script(turns))
-    state = SimServer(SimBrain(script=script, seed=seed), latency_ms=latency_ms)
+    brain = SimBrain(script=script, seed=seed)
+    state = SimServer(brain, latency_ms=latency_ms, limits=limits)
     sample: list[bytes] = []
 
     @web.middleware
@@ -56,8 +82,7 @@ async def _serve(latency_ms: float, seed: int, turns: int) -> int:
         firsts = {k: v for k, v in state.first_request_at.items() if k.startswith(prefix)}
         return web.json_response(
             {
-                "requests": state.requests,
-                "outcomes": dict(state.outcomes),
+                **state.stats(),
                 "cpu_s": usage.user + usage.system,
                 "first_request_at": firsts,
                 "sample": sample[0].decode() if sample else None,
@@ -93,10 +118,16 @@ class Server:
         base_url: use the server at this URL (``.../v1``) instead of starting one; its
             ``/bench/stats`` route is optional (without it, first-request times and the floor's
             request template are not available).
+        limits: rate limits the started server enforces (``None``: none).
     """
 
     def __init__(
-        self, latency_ms: float, seed: int, turns: int, base_url: str | None = None
+        self,
+        latency_ms: float,
+        seed: int,
+        turns: int,
+        base_url: str | None = None,
+        limits: SimLimits | None = None,
     ) -> None:
         self.proc: subprocess.Popen[str] | None = None
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -109,7 +140,8 @@ class Server:
         )
         cmd = [sys.executable, "-c", entry, f"{latency_ms}", f"{seed}"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "CLONEFLEET_BLOCK_LIVE": "1"}
-        self.proc = subprocess.Popen([*cmd, str(turns)], stdout=subprocess.PIPE, text=True, env=env)
+        cmd += [str(turns), *limit_args(limits)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         if not line.startswith(_READY):
             self.stop()
@@ -140,5 +172,7 @@ class Server:
 
 
 def main(argv: list[str]) -> int:
-    """Serve until SIGTERM or SIGINT: ``argv`` is ``[LATENCY_MS, SEED, TURNS]``."""
-    return asyncio.run(_serve(float(argv[0]), int(argv[1]), int(argv[2])))
+    """Serve until SIGTERM or SIGINT: ``argv`` is ``[LATENCY_MS, SEED, TURNS]``, then
+    optionally ``[RPM, TPM, BURST, HEADERS]`` (:func:`limit_args`)."""
+    limits = parse_limits(argv[3:])
+    return asyncio.run(_serve(float(argv[0]), int(argv[1]), int(argv[2]), limits))

@@ -9,7 +9,16 @@ import math
 import statistics
 from collections.abc import Iterable, Sequence
 
-__all__ = ["mb", "percentile", "ratio", "rounded", "spread", "tally"]
+__all__ = [
+    "batch_tokens",
+    "limit_min_makespan_s",
+    "mb",
+    "percentile",
+    "ratio",
+    "rounded",
+    "spread",
+    "tally",
+]
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -50,3 +59,27 @@ def tally(items: Iterable[str]) -> dict[str, int]:
     for item in items:
         out[item] = out.get(item, 0) + 1
     return out
+
+
+def limit_min_makespan_s(
+    requests: int, rpm: int | None, tpm: int | None, tokens: float | None
+) -> float | None:
+    """The least time ``requests`` model requests costing ``tokens`` tokens in all can take
+    under the limits: the requests at ``rpm / 60`` a second, or the tokens at ``tpm / 60`` a
+    second, whichever is longer; nothing is taken off for the burst a full bucket lets through
+    at once. ``None`` when neither limit applies (no ``rpm``, and no ``tpm`` or no ``tokens``)."""
+    spans = []
+    if rpm:
+        spans.append(requests / (rpm / 60.0))
+    if tpm and tokens is not None:
+        spans.append(tokens / (tpm / 60.0))
+    return max(spans) if spans else None
+
+
+def batch_tokens(requests: int, charged: int | None, answered: int | None) -> float | None:
+    """Tokens ``requests`` requests of a batch cost: ``charged`` tokens for the ``answered``
+    ones, at the same cost per request for the rest (a failed clone sent fewer than its share).
+    ``None`` when nothing was answered or the server does not count."""
+    if charged is None or not answered:
+        return None
+    return charged * requests / answered

@@ -14,13 +14,15 @@ from typing import Any
 
 from clonefleet.cli.console import whole_number
 
-__all__ = ["add_bench_parser", "cmd_bench"]
+__all__ = ["add_bench_parser", "cmd_bench", "limits_line"]
 
 _EPILOG = """\
 Columns: makespan s (median over the repeats, from spawn to the last clone's end), min-max s
 (its spread), clones/s, x floor (makespan over the floor's), 1st req p50/p99 ms (spawn to each
 clone's first model request), CPU s/clone (this process and Ray's, the server's left out), added
 MB (peak memory added), req/s (model requests per second), min s (turns x latency), ok.
+Against a rate limit (--rpm, --tpm) also: sent (requests over the repeats), 429s, 429 %,
+limit min s (the least makespan the limit allows) and x limit min (makespan over it).
 Exit status: 0 when every clonefleet batch completed successfully (a baseline's failures show
 in its ok column), 1 otherwise, 2 for usage errors."""
 
@@ -95,7 +97,50 @@ def add_bench_parser(sub: Any) -> None:
         "or none",
     )
     _add_where(bench)
+    _add_limits(bench)
     _add_outputs(bench)
+
+
+def _add_limits(bench: argparse.ArgumentParser) -> None:
+    limits = bench.add_argument_group(
+        "against a rate limit",
+        "the started server enforces a limit per model, as providers do; the baselines are then "
+        'not run (docs/benchmarks.md, "Against a rate limit")',
+    )
+    limits.add_argument(
+        "--rpm", type=whole_number(1), metavar="R", help="the server's requests per minute"
+    )
+    limits.add_argument(
+        "--tpm",
+        type=whole_number(1),
+        metavar="T",
+        help="the server's tokens per minute (input words plus max_tokens per request)",
+    )
+    limits.add_argument(
+        "--burst",
+        type=whole_number(1),
+        metavar="B",
+        help="requests the server lets through at once after an idle spell (needs --rpm; "
+        "default one second of it)",
+    )
+    limits.add_argument(
+        "--no-limit-headers",
+        dest="limit_headers",
+        action="store_false",
+        help="the server sends no rate-limit headers or retry-after (needs --rpm or --tpm)",
+    )
+    limits.add_argument(
+        "--client-rpm",
+        type=whole_number(1),
+        metavar="R",
+        help="rpm of the provider in clonefleet's config (its own fleet-wide limit)",
+    )
+    limits.add_argument(
+        "--client-tpm",
+        type=whole_number(1),
+        metavar="T",
+        help="tpm of the provider in clonefleet's config",
+    )
 
 
 def _add_where(bench: argparse.ArgumentParser) -> None:
@@ -176,6 +221,12 @@ def params_of(args: argparse.Namespace) -> Any:
         floor_connections=args.floor_connections,
         actor_max=args.actor_max,
         time_limit_s=args.time_limit_s,
+        rpm=args.rpm,
+        tpm=args.tpm,
+        burst=args.burst,
+        limit_headers=args.limit_headers,
+        client_rpm=args.client_rpm,
+        client_tpm=args.client_tpm,
     )
 
 
@@ -210,7 +261,22 @@ def _print(report: dict[str, Any], text: str) -> None:
         f"clonefleet bench: {server}, {p['repeat']} repeats, "
         f"journal {'on' if p['journal'] else 'off'}; {m['cpus']} CPUs, "
         f"clonefleet {report['versions']['clonefleet']}, ray {report['versions']['ray']}\n"
+        f"{limits_line(p)}"
         f"start-up (not in the makespans): Ray {s['ray_start_s']} s, "
         f"{s['warm_hosts']} warm hosts {s['warm_hosts_s']} s\n{text}\n"
     )
     sys.stdout.flush()
+
+
+def limits_line(p: dict[str, Any]) -> str:
+    """The report's line on the rate limit, ending in a newline (empty without a limit)."""
+    if p.get("rpm") is None and p.get("tpm") is None:
+        return ""
+    server = [f"{k} {p[k]}" for k in ("rpm", "tpm", "burst") if p.get(k) is not None]
+    client = [f"{k} {p['client_' + k]}" for k in ("rpm", "tpm") if p.get("client_" + k)]
+    return (
+        f"against a rate limit: server {', '.join(server)}, limit headers "
+        f"{'on' if p.get('limit_headers', True) else 'off'}; clonefleet's config "
+        f"{', '.join(client) if client else 'sets no limit'}; baselines not run (they have no "
+        "limiter); min = the least makespan the limit allows\n"
+    )
