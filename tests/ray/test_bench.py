@@ -51,3 +51,22 @@ def test_bench_count_10_prints_the_table_and_writes_json(cli_run, tmp_path):
     assert by_system["clonefleet"]["first_request_p50_ms"] is not None
     if HAS_MATPLOTLIB:
         assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_against_a_rate_limit_counts_requests_and_the_least_makespan(cli_run, tmp_path):
+    # 6,000 rpm holds 100 requests at once: the 20 of ten 2-turn clones are never refused.
+    out_json = tmp_path / "bench.json"
+    args = ["--count", "10", "--repeat", "1", "--latency-ms", "20", "--rpm", "6000"]
+    out = cli_run(
+        "bench", *args, "--tpm", "6000000", "--json", str(out_json), cwd=tmp_path, timeout=200
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "baselines not run" in out.stdout
+    report = json.loads(out_json.read_text())
+    assert (report["params"]["rpm"], report["params"]["tpm"]) == (6000, 6000000)
+    (row,) = report["results"]  # clonefleet only
+    assert row["system"] == "clonefleet" and row["completed"] == row["clones"] == 10
+    assert (row["requests_sent"], row["rate_limited"], row["rate_limited_share"]) == (20, 0, 0.0)
+    assert row["tokens_per_batch"] > 20  # each request costs its words plus max_tokens
+    assert row["limit_min_makespan_s"] == pytest.approx(0.2)  # 20 requests at 100 a second
+    assert row["ratio_to_limit_min"] == pytest.approx(row["makespan_s"] / 0.2, rel=0.01)
