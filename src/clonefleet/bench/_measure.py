@@ -36,7 +36,8 @@ class Sample:
     first_request_ms: list[float] = field(default_factory=list)
     """Per clone: from the start call to its first model request reaching the server."""
     requests: int | None = None
-    """Model requests the server answered during the batch (``None``: no stats route)."""
+    """Model requests the server received during the batch, refused ones included (``None``: no
+    stats route)."""
     errors: list[str] = field(default_factory=list)
     """What went wrong, one entry per failed clone or agent (empty when all succeeded)."""
     rate_limited: int | None = None

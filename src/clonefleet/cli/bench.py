@@ -278,5 +278,5 @@ def limits_line(p: dict[str, Any]) -> str:
         f"against a rate limit: server {', '.join(server)}, limit headers "
         f"{'on' if p.get('limit_headers', True) else 'off'}; clonefleet's config "
         f"{', '.join(client) if client else 'sets no limit'}; baselines not run (they have no "
-        "limiter); min = the least makespan the limit allows\n"
+        "limiter); limit min s = the least makespan the limit allows\n"
     )
