@@ -176,6 +176,16 @@ class ModelHTTPError(ModelError):
             return not self.spend_cap
         return self.status >= 500
 
+    @property
+    def rate_limited(self) -> bool:
+        """A refusal that means "wait for capacity": 429 (not a spending cap), 529 or an
+        ``overloaded_error``, or 503 with ``Retry-After`` (docs/rate-limits.md)."""
+        if self.status == 429:
+            return not self.spend_cap
+        if self.status == 529 or self.error_type == "overloaded_error":
+            return True
+        return self.status == 503 and self.retry_after_s is not None
+
     def __str__(self) -> str:
         tail = f": {self.body[:120]}" if self.body else ""
         return f"HTTP {self.status}{tail}"

@@ -44,6 +44,9 @@ class CloneSpec:
     start: int = 0
     """Index of the clone's starting candidate (clone index mod group size)."""
     fallbacks: tuple[str, ...] = ()
+    fail_over_on_rate_limit: bool = False
+    """A refusal for rate moves the cursor to the next candidate, as a failure does (the
+    config's ``admission.fail_over_groups``); otherwise the request waits for capacity."""
     max_turns: int = 50
     max_tokens: int | None = None
     """Token budget of the whole run (input + output); ``None`` = unlimited."""

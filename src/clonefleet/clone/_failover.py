@@ -12,10 +12,12 @@ carries the run record's ``cause`` (:func:`failure_cause`, docs/json.md).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from clonefleet.admission import CandidateGate, Ticket
 from clonefleet.errors import AllModelsFailed, ModelError, ModelHTTPError, ModelTimeout
 from clonefleet.providers import Model, ModelRequest, ModelResponse
 
@@ -46,6 +48,8 @@ class Candidate:
     max_retries: int = 2
     timeout_s: float = 60.0
     """Overall deadline of one attempt, in seconds."""
+    gate: CandidateGate | None = None
+    """The fleet-wide admission its requests pass (``None``: none, they go at once)."""
 
 
 def backoff_s(
@@ -132,6 +136,7 @@ class FailoverModel:
         fallbacks: Sequence[Candidate] = (),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_failover: OnFailover | None = None,
+        fail_over_on_rate_limit: bool = False,
     ) -> None:
         if not candidates:
             raise ValueError("a model group needs at least one candidate")
@@ -139,6 +144,7 @@ class FailoverModel:
         self._fallbacks = list(fallbacks)
         self._sleep = sleep
         self._on_failover = on_failover
+        self._rate_fails_over = fail_over_on_rate_limit
         self.reset(start)
 
     @property
@@ -211,6 +217,7 @@ class FailoverModel:
                 usage=resp.usage,
                 model=cand.key,
                 refusal=resp.refusal,
+                limits=resp.limits,
             )
         raise AllModelsFailed(failures, failure_cause(tries))
 
@@ -222,27 +229,70 @@ class FailoverModel:
             max_tokens=req.max_tokens,
             metadata=req.metadata,
         )
-        # An HTTP model bounds each request itself, with the same timeout: a second timer per
-        # request (of thousands of clones) would only cost.
-        bounded = getattr(cand.model, "deadline_s", None)
-        own = isinstance(bounded, int | float) and bounded <= cand.timeout_s
-        for attempt in range(cand.max_retries + 1):
+        gate = cand.gate
+        deadline = time.monotonic() + (gate.max_wait_s if gate is not None else 0.0)
+        attempt = 0
+        while True:
             tried.attempts = attempt + 1
-            try:
-                if own:
-                    return await cand.model.request(wire)
-                async with asyncio.timeout(cand.timeout_s):
-                    return await cand.model.request(wire)
-            except TimeoutError:
-                err: ModelError = ModelTimeout(f"no complete response within {cand.timeout_s:g}s")
-            except ModelError as exc:
-                err = exc
+            ticket = None
+            if gate is not None:
+                began = time.monotonic()
+                try:
+                    ticket = await gate.admit(wire, deadline)
+                except ModelTimeout:
+                    tried.waited_s += time.monotonic() - began
+                    if tried.error is not None:
+                        raise tried.error from None  # the last refusal says more
+                    raise
+                tried.waited_s += time.monotonic() - began
+            err = await self._send(cand, wire, gate, ticket)
+            if isinstance(err, ModelResponse):
+                return err
+            if gate is not None and isinstance(err, ModelHTTPError) and err.rate_limited:
+                tried.error = err
+                if not self._rate_fails_over:
+                    continue  # back in the limiter's queue: not an attempt, no failover
+                raise err
             if not err.retryable or attempt == cand.max_retries:
                 raise err
             delay = backoff_s(attempt, err.retry_after_s)
             tried.waited_s += delay
             await self._sleep(delay)
-        raise AssertionError("unreachable")
+            attempt += 1
+
+    @staticmethod
+    async def _send(
+        cand: Candidate, wire: ModelRequest, gate: CandidateGate | None, ticket: Ticket | None
+    ) -> ModelResponse | ModelError:
+        """One request: its answer, or the error it failed with (told to the gate either way)."""
+        # An HTTP model bounds each request itself, with the same timeout: a second timer per
+        # request (of thousands of clones) would only cost.
+        bounded = getattr(cand.model, "deadline_s", None)
+        own = isinstance(bounded, int | float) and bounded <= cand.timeout_s
+        try:
+            if own:
+                resp = await cand.model.request(wire)
+            else:
+                async with asyncio.timeout(cand.timeout_s):
+                    resp = await cand.model.request(wire)
+        except TimeoutError:
+            err: ModelError = ModelTimeout(f"no complete response within {cand.timeout_s:g}s")
+        except ModelError as exc:
+            err = exc
+        except BaseException:
+            if gate is not None and ticket is not None:
+                gate.abandoned(ticket)
+            raise
+        else:
+            if gate is not None and ticket is not None:
+                gate.answered(ticket, resp, wire)
+            return resp
+        if gate is not None and ticket is not None:
+            if isinstance(err, ModelHTTPError) and err.rate_limited:
+                gate.refused(ticket, err)
+            else:
+                gate.abandoned(ticket)
+        return err
 
 
 def _is_index(value: object) -> TypeGuard[int]:

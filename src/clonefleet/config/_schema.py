@@ -154,12 +154,14 @@ class AdmissionConfig(BaseModel):
     learn: bool = True
     """Follow the limits providers announce in their headers, and back off on refusals when
     they announce none (``False``: only configured limits apply)."""
-    initial_in_flight: int = Field(default=32, ge=1)
+    initial_in_flight: int = Field(default=16, ge=1)
     """Requests in flight fleet-wide to a model nothing is known about yet; the window doubles
     with each round of answers until the provider announces a limit or refuses one."""
     fail_over_groups: tuple[str, ...] = ()
     """Model groups whose clones move to their next candidate when refused for rate (the
     others wait for capacity on the same model)."""
+    max_wait_s: float = Field(default=900.0, gt=0.0)
+    """Longest one request waits for capacity, refusals included, before it fails."""
     safety: float = Field(default=0.95, gt=0.0, le=1.0)
     """Share of a limit learned from headers that is used (configured limits are used whole)."""
 

@@ -16,12 +16,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import heapq
+import os
 import pickle
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from clonefleet.admission import HostGates, SyncSource
 from clonefleet.clone import Clone, CloneSpec, McpManager, RunResult, pack_state
 from clonefleet.config import Config, McpServerConfig
 from clonefleet.control import JobControl
@@ -63,10 +66,14 @@ class HostCore:
         max_buffer: int = 200_000,
         clock: Callable[[], float] = time.monotonic,
         drain_every_s: float = 0.0,
+        admission: SyncSource | None = None,
     ) -> None:
         self._drain_every_s = drain_every_s
         self._drained_at = float("-inf")
         self._pools: dict[str, ProviderPool] = {}
+        self.gates = HostGates(f"{os.getpid()}-{uuid.uuid4().hex[:8]}", admission)
+        """Admission of this host's model requests: through the fleet's limiter when
+        ``admission`` reaches one, else the host's own (docs/rate-limits.md)."""
         self.mcp = McpManager()
         """The MCP servers of this host, shared by all its clones (started on first need)."""
         self.control = control
@@ -142,7 +149,7 @@ class HostCore:
         ).hexdigest()
         pool = self._pools.get(key)
         if pool is None:
-            pool = self._pools[key] = ProviderPool(config, sim_script=sim_script)
+            pool = self._pools[key] = ProviderPool(config, sim_script=sim_script, gates=self.gates)
         return pool
 
     def start(
@@ -328,6 +335,7 @@ class HostCore:
         for pool in self._pools.values():
             await pool.aclose()
         self._pools.clear()
+        await self.gates.aclose()
         await self.mcp.aclose()
         if self._render_thread is not None:
             self._render_thread.shutdown(wait=False, cancel_futures=True)

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from clonefleet.admission import CandidateGate, HostGates, Limits
 from clonefleet.clone import Candidate, CloneSpec, FailoverModel, OnFailover, WebAccess
-from clonefleet.config import Config, ProviderConfig
+from clonefleet.config import Config, ModelConfig, ProviderConfig
 from clonefleet.providers import Model, SimBrain, SimScript, SimulatedModel
 
 __all__ = ["ProviderPool"]
@@ -19,9 +20,18 @@ __all__ = ["ProviderPool"]
 class ProviderPool:
     """Builds and caches provider clients for one process; close with :meth:`aclose`."""
 
-    def __init__(self, config: Config, *, sim_script: SimScript | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        sim_script: SimScript | None = None,
+        gates: HostGates | None = None,
+    ) -> None:
         self.config = config
         self.sim_script = sim_script
+        self.gates = gates
+        """The host's admission gates (``None``: requests go at once)."""
+        self._gates: dict[str, CandidateGate | None] = {}
         self._models: dict[str, Model] = {}
         self._closers: list[Callable[[], object]] = []
         self._web: WebAccess | None = None
@@ -66,6 +76,8 @@ class ProviderPool:
 
     def candidate(self, key: str) -> Candidate:
         model_key, model_cfg, provider_cfg = self.config.resolve_model(key)
+        if model_key not in self._gates:
+            self._gates[model_key] = self._gate(model_cfg, provider_cfg)
         return Candidate(
             key=model_key,
             wire_name=model_cfg.name,
@@ -73,7 +85,31 @@ class ProviderPool:
             provider=model_cfg.provider,
             max_retries=provider_cfg.max_retries,
             timeout_s=provider_cfg.timeout_s,
+            gate=self._gates[model_key],
         )
+
+    def _gate(self, model: ModelConfig, provider: ProviderConfig) -> CandidateGate | None:
+        """The scopes a model's requests pass (docs/rate-limits.md): its provider's when that
+        has limits configured, then the model's own. ``None`` when nothing can limit them: an
+        in-process simulated provider that refuses nothing and no configured limit."""
+        if self.gates is None:
+            return None
+        admission = self.config.admission
+        sim = provider.simulated
+        refuses = provider.kind != "simulated" or bool(sim.rpm or sim.tpm or sim.rate_429)
+        own = Limits(model.rpm, model.tpm, model.max_in_flight)
+        shared = Limits(provider.rpm, provider.tpm, provider.max_in_flight)
+        learn = admission.learn and refuses
+        if not (learn or own.any or shared.any):
+            return None
+        where = f"{model.provider}@{provider.base_url or 'in-process'}"
+        probe = admission.initial_in_flight
+        scopes = [
+            self.gates.scope(f"{where}/{model.name}", model.provider, model.name, own, learn, probe)
+        ]
+        if shared.any:
+            scopes.insert(0, self.gates.scope(where, model.provider, None, shared, False, probe))
+        return CandidateGate(self.gates, tuple(scopes), admission.max_wait_s)
 
     def failover_for(self, spec: CloneSpec, on_failover: OnFailover | None = None) -> FailoverModel:
         """The clone's own failover model, its cursor at ``spec.start``."""
@@ -82,6 +118,7 @@ class ProviderPool:
             start=spec.start,
             fallbacks=[self.candidate(k) for k in spec.fallbacks],
             on_failover=on_failover,
+            fail_over_on_rate_limit=spec.fail_over_on_rate_limit,
         )
 
     async def aclose(self) -> None:

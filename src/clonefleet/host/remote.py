@@ -17,6 +17,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from clonefleet import control as api
+from clonefleet.admission.remote import remote_source
 from clonefleet.clone import CloneSpec
 from clonefleet.cluster import NAMESPACE, SCHEDULER_NAME, tune_collector
 from clonefleet.config import Config
@@ -55,7 +56,11 @@ class CloneHostActor:
     def _host(self) -> HostCore:
         # Loop-bound objects (events, HTTP clients) are made on first use inside the actor's loop.
         if self._core is None:
-            self._core = HostCore(control=SchedulerControl(), drain_every_s=_DRAIN_EVERY_S)
+            self._core = HostCore(
+                control=SchedulerControl(),
+                drain_every_s=_DRAIN_EVERY_S,
+                admission=remote_source(),
+            )
         return self._core
 
     async def start(

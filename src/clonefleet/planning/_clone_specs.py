@@ -212,6 +212,13 @@ def _model_keys(
     return candidates, fallbacks
 
 
+def _group_name(model: str | None) -> str | None:
+    """The model group a definition's ``model`` names (``None``: a single model)."""
+    if model is None or model == "inherit":
+        return "default"
+    return model[4:] if model.startswith("@mg:") else None
+
+
 def plan_specs(
     req: BatchRequest,
     catalog: Catalog,
@@ -261,6 +268,8 @@ def plan_specs(
         "tools": gets.tools,
         "candidates": tuple(candidates),
         "fallbacks": fallbacks,
+        "fail_over_on_rate_limit": _group_name(req.model or defn.model)
+        in config.admission.fail_over_groups,
         "cwd": str(launch),
         "parent": req.parent,
         "depth": req.depth,

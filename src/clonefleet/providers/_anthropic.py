@@ -16,6 +16,7 @@ from clonefleet.providers._protocol import (
     ToolCall,
     Usage,
 )
+from clonefleet.providers._rate_headers import LimitReport
 from clonefleet.providers._transport import HTTPProvider, summarize_json, token_count
 
 __all__ = [
@@ -63,11 +64,11 @@ class AnthropicModel:
         Raises:
             ModelTimeout, ModelHTTPError, ModelBehaviorError: as :meth:`HTTPProvider.post_json`.
         """
-        data = await self.provider.post_json(
+        data, limits = await self.provider.post_json_limits(
             "messages", anthropic_payload(req, self.default_max_tokens)
         )
         try:
-            return anthropic_response(data, req.model)
+            return anthropic_response(data, req.model, limits)
         except ModelBehaviorError as exc:
             failure = exc
         raise self.provider.rewrap(failure)
@@ -126,7 +127,9 @@ def _anthropic_blocks(m: Message) -> tuple[str, list[dict[str, Any]]]:
     return "user", blocks
 
 
-def anthropic_response(data: dict[str, Any], model: str = "") -> ModelResponse:
+def anthropic_response(
+    data: dict[str, Any], model: str = "", limits: LimitReport | None = None
+) -> ModelResponse:
     """Decode a Messages API response body.
 
     Raises:
@@ -167,4 +170,5 @@ def anthropic_response(data: dict[str, Any], model: str = "") -> ModelResponse:
         ),
         model=str(data.get("model") or model),
         refusal=data.get("stop_reason") == "refusal",
+        limits=limits,
     )

@@ -22,6 +22,7 @@ from clonefleet.providers._protocol import (
     ToolSpec,
     Usage,
 )
+from clonefleet.providers._rate_headers import LimitReport
 from clonefleet.providers._transport import HTTPProvider, summarize_json, token_count
 
 __all__ = ["OpenAIModel", "clone_user", "openai_payload", "openai_response"]
@@ -58,9 +59,9 @@ class OpenAIModel:
             ModelTimeout, ModelHTTPError, ModelBehaviorError: as :meth:`HTTPProvider.post_json`;
                 also ModelBehaviorError for a malformed tool call.
         """
-        data = await self.provider.post_json("chat/completions", openai_payload(req))
+        data, limits = await self.provider.post_json_limits("chat/completions", openai_payload(req))
         try:
-            return openai_response(data, req.model)
+            return openai_response(data, req.model, limits)
         except ModelBehaviorError as exc:
             failure = exc
         raise self.provider.rewrap(failure)
@@ -126,7 +127,9 @@ _openai_tool = IdentityCache(_wire_tool, 4096)
 clones of a host share most of them."""
 
 
-def openai_response(data: dict[str, Any], model: str = "") -> ModelResponse:
+def openai_response(
+    data: dict[str, Any], model: str = "", limits: LimitReport | None = None
+) -> ModelResponse:
     """Decode a chat-completions response body.
 
     Raises:
@@ -161,6 +164,7 @@ def openai_response(data: dict[str, Any], model: str = "") -> ModelResponse:
         ),
         model=str(data.get("model") or model),
         refusal=refusal,
+        limits=limits,
     )
 
 

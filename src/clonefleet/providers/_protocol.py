@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from clonefleet.providers._rate_headers import LimitReport
+
 __all__ = [
     "Message",
     "Model",
@@ -120,6 +122,8 @@ class ModelResponse:
     """The model that answered (the candidate, after failover)."""
     refusal: bool = False
     """The model declined the task (provider refusal stop reason)."""
+    limits: LimitReport | None = None
+    """The rate limits the answer's headers announced (``None``: it announced none)."""
 
 
 @runtime_checkable

@@ -9,6 +9,7 @@ script file replaces that with per-clone steps, one consumed per request attempt
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import math
 import random
@@ -24,7 +25,13 @@ import yaml
 from clonefleet.config import printable, read_regular_file, safe_load_yaml, yaml_problem
 from clonefleet.errors import ConfigError, ModelBehaviorError, ModelHTTPError, ModelTimeout
 from clonefleet.providers._protocol import ModelRequest, ModelResponse, Role, ToolCall, Usage
-from clonefleet.providers._sim_limits import SimLimiter, SimLimits, request_cost
+from clonefleet.providers._rate_headers import LimitReport, read_limits
+from clonefleet.providers._sim_limits import (
+    SimLimiter,
+    SimLimits,
+    openai_limit_headers,
+    request_cost,
+)
 from clonefleet.vocab import Outcome, status_family
 
 __all__ = ["SimBrain", "SimScript", "SimStep", "SimulatedModel", "instance_from_schema"]
@@ -364,8 +371,11 @@ class SimulatedModel:
         self.limiter = SimLimiter(limits, clock) if limits.enabled else None
 
     async def request(self, req: ModelRequest) -> ModelResponse:
+        limits: LimitReport | None = None
         if self.limiter is not None:
             admission = self.limiter.admit(req.model, request_cost(req))
+            if admission.admitted and self.limiter.limits.headers:
+                limits = read_limits(openai_limit_headers(admission), time.time())
             if not admission.admitted:
                 raise ModelHTTPError(
                     429,
@@ -392,7 +402,8 @@ class SimulatedModel:
                 step.retry_after,
                 error_type=sim_error_type(step.error),
             )
-        return step_to_response(step, req, self._calls)
+        response = step_to_response(step, req, self._calls)
+        return response if limits is None else dataclasses.replace(response, limits=limits)
 
 
 _SIM_ERROR_TYPES = {

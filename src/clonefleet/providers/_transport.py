@@ -33,7 +33,12 @@ from clonefleet.errors import (
 from clonefleet.providers._bounded_json import loads_bounded, nesting_exceeds
 from clonefleet.providers._guard import ensure_live_requests_allowed, is_loopback_url
 from clonefleet.providers._http1 import Http1Pool, HTTPProtocolError
-from clonefleet.providers._rate_headers import rate_limit_kind, retry_after_s
+from clonefleet.providers._rate_headers import (
+    LimitReport,
+    rate_limit_kind,
+    read_limits,
+    retry_after_s,
+)
 
 __all__ = [
     "HTTPProvider",
@@ -200,6 +205,17 @@ def _has_non_finite(value: Any) -> bool:
     return False
 
 
+def _limits(headers: Any) -> LimitReport | None:
+    """The limits announced by an answer's headers (``(name, value)`` pairs, bytes or text);
+    only the headers of the limit families are decoded."""
+    found: dict[str, str] = {}
+    for name, value in headers:
+        key = name.decode("latin-1") if isinstance(name, bytes) else name
+        if "ratelimit" in key.lower():
+            found[key] = value.decode("latin-1") if isinstance(value, bytes) else value
+    return read_limits(found, time.time()) if found else None
+
+
 def token_count(value: Any) -> int:
     return value if isinstance(value, int) and value >= 0 else 0
 
@@ -340,7 +356,16 @@ class HTTPProvider:
                 await self._client.aclose()
 
     async def post_json(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
-        """POST ``payload`` as JSON and return the decoded JSON object of a 2xx answer.
+        """POST ``payload`` as JSON and return the decoded JSON object of a 2xx answer (as
+        :meth:`post_json_limits`, without the limit headers)."""
+        data, _ = await self.post_json_limits(path, payload)
+        return data
+
+    async def post_json_limits(
+        self, path: str, payload: dict[str, Any]
+    ) -> tuple[dict[str, Any], LimitReport | None]:
+        """POST ``payload`` as JSON; return the decoded JSON object of a 2xx answer and the
+        rate limits its headers announce (``None`` when they announce none).
 
         Raises:
             ModelTimeout: cannot connect, connection lost, or no complete answer in ``timeout_s``.
@@ -370,7 +395,7 @@ class HTTPProvider:
                 raise
             _forget_request(exc)
             raise translated from exc
-        return self._decode(response)
+        return self._decode(response), _limits(response.headers.items())
 
     async def _post_httpx(self, url: httpx.URL, body: bytes) -> httpx.Response:
         # Straight to the transport: the client's per-request URL merging, cookie, auth and
@@ -395,7 +420,9 @@ class HTTPProvider:
                 f"provider {self.name!r}: the request cannot be encoded as JSON ({exc})"
             ) from exc
 
-    async def _post_pooled(self, url: httpx.URL, body: Callable[[], bytes]) -> dict[str, Any]:
+    async def _post_pooled(
+        self, url: httpx.URL, body: Callable[[], bytes]
+    ) -> tuple[dict[str, Any], LimitReport | None]:
         """The default transport's request: one keep-alive connection of the pool, no request
         or response objects. An answer that is not a plain 2xx JSON object, or that is
         content-encoded, is decoded through an ``httpx.Response`` like every other answer.
@@ -408,10 +435,10 @@ class HTTPProvider:
             except ValueError:  # decoded again below, for the error's text
                 data = None
             if isinstance(data, dict):
-                return data
+                return data, _limits(headers)
         response = httpx.Response(status, headers=headers, stream=httpx.ByteStream(content))
         await response.aread()
-        return self._decode(response)
+        return self._decode(response), _limits(headers)
 
     def _translate(self, exc: Exception) -> ModelError | None:
         where = f"provider {self.name!r} ({httpx.URL(self.base_url).host})"

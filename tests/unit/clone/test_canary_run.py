@@ -70,6 +70,8 @@ async def test_canary_key_stays_out_of_a_failing_run(echo_server, monkeypatch, c
             },
         },
         models={"ma": {"provider": "a", "name": "m"}, "mb": {"provider": "b", "name": "m"}},
+        # A 503 with Retry-After waits for capacity: bounded here, it then fails.
+        admission={"max_wait_s": 1.0},
     )
     host = HostCore()
     try:

@@ -330,18 +330,25 @@ async def test_failover_passes_every_request_field_on_and_names_the_candidate():
     from dataclasses import fields
 
     from clonefleet.clone import Candidate
-    from clonefleet.providers import ModelRequest, ModelResponse, ToolCall, Usage
+    from clonefleet.providers import (
+        LimitReport,
+        LimitWindow,
+        ModelRequest,
+        ModelResponse,
+        ToolCall,
+        Usage,
+    )
 
     assert [f.name for f in fields(ModelRequest)] == [
         "model", "messages", "tools", "max_tokens", "metadata"
     ]  # fmt: skip
     assert [f.name for f in fields(ModelResponse)] == [
-        "text", "tool_calls", "usage", "model", "refusal"
+        "text", "tool_calls", "usage", "model", "refusal", "limits"
     ]  # fmt: skip
     seen: list[ModelRequest] = []
     answer = ModelResponse(
         text="t", tool_calls=(ToolCall(id="c", name="n", arguments={}),), usage=Usage(input_tokens=1, output_tokens=2),
-        model="wire", refusal=True,
+        model="wire", refusal=True, limits=LimitReport("openai", LimitWindow(60, 59, None)),
     )  # fmt: skip
 
     class Echo:
@@ -356,8 +363,9 @@ async def test_failover_passes_every_request_field_on_and_names_the_candidate():
         model="wire-m", messages=(), tools=(), max_tokens=7, metadata={"k": 1}
     )
     assert got == ModelResponse(
-        text="t", tool_calls=answer.tool_calls, usage=answer.usage, model="m", refusal=True
-    )
+        text="t", tool_calls=answer.tool_calls, usage=answer.usage, model="m", refusal=True,
+        limits=answer.limits,
+    )  # fmt: skip
 
 
 def test_identity_cache_makes_once_per_object_and_never_serves_an_equal_other():
