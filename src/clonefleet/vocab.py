@@ -321,6 +321,9 @@ class EventType(StrEnum):
     """The clone's whole todo list after a ``todo_write`` call."""
     COMPACTION = "compaction"
     MODEL_FAILOVER = "model_failover"
+    RATE_LIMITED = "rate_limited"
+    """A provider refused one of the clone's requests for its rate: the request waits for
+    capacity (docs/rate-limits.md)."""
     MESSAGE_QUEUED = "message_queued"
     MESSAGE_DELIVERED = "message_delivered"
     MESSAGE_UNDELIVERED = "message_undelivered"
@@ -348,6 +351,7 @@ _LIFECYCLE = frozenset(
         EventType.RESULT,
         EventType.ERROR,
         EventType.MODEL_FAILOVER,
+        EventType.RATE_LIMITED,
         EventType.MESSAGE_QUEUED,
         EventType.MESSAGE_DELIVERED,
         EventType.MESSAGE_UNDELIVERED,

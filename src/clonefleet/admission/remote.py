@@ -61,7 +61,8 @@ def get_or_create_admission() -> Any:
 
 
 def remote_source() -> SyncSource:
-    """A host's way to the limiter actor (looked up, or created, on the first sync)."""
+    """A host's way to the limiter actor, looked up (or created) on the first sync, which
+    waits for it to start (a configured limit must hold from the first request on)."""
     handle: Any = None
 
     async def sync(host: str, demands: list[Demand]) -> list[Grant]:

@@ -12,6 +12,7 @@ from clonefleet.clone._clone_spec import RunResult as RunResult
 from clonefleet.clone._failover import Candidate as Candidate
 from clonefleet.clone._failover import FailoverModel as FailoverModel
 from clonefleet.clone._failover import OnFailover as OnFailover
+from clonefleet.clone._failover import OnRateLimited as OnRateLimited
 from clonefleet.clone._failover import backoff_s as backoff_s
 from clonefleet.clone._loop import BASE_PROMPT as BASE_PROMPT
 from clonefleet.clone._loop import Clone as Clone
@@ -35,6 +36,7 @@ from clonefleet.clone.tools._web_access import WebAccess as WebAccess
 __all__ = [
     "pack_state",
     "OnFailover",
+    "OnRateLimited",
     "McpManager",
     "state_of",
     "job_tools",

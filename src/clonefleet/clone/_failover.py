@@ -25,6 +25,7 @@ __all__ = [
     "CAUSE_MESSAGE_LIMIT",
     "Candidate",
     "FailoverModel",
+    "OnRateLimited",
     "Tried",
     "backoff_s",
     "failure_cause",
@@ -123,6 +124,8 @@ def failure_cause(tries: Sequence[Tried]) -> dict[str, Any]:
 
 OnFailover = Callable[[str, str, str], None]
 """Called as ``(from_model, to_model, reason)`` when the cursor moves."""
+OnRateLimited = Callable[[Candidate, ModelHTTPError], None]
+"""Called when a provider refuses a request for its rate (the request then waits)."""
 
 
 class FailoverModel:
@@ -137,6 +140,7 @@ class FailoverModel:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_failover: OnFailover | None = None,
         fail_over_on_rate_limit: bool = False,
+        on_rate_limited: OnRateLimited | None = None,
     ) -> None:
         if not candidates:
             raise ValueError("a model group needs at least one candidate")
@@ -145,6 +149,7 @@ class FailoverModel:
         self._sleep = sleep
         self._on_failover = on_failover
         self._rate_fails_over = fail_over_on_rate_limit
+        self._on_rate_limited = on_rate_limited
         self.reset(start)
 
     @property
@@ -250,6 +255,8 @@ class FailoverModel:
                 return err
             if gate is not None and isinstance(err, ModelHTTPError) and err.rate_limited:
                 tried.error = err
+                if self._on_rate_limited is not None:
+                    self._on_rate_limited(cand, err)
                 if not self._rate_fails_over:
                     continue  # back in the limiter's queue: not an attempt, no failover
                 raise err

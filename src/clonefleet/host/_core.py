@@ -25,9 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from clonefleet.admission import HostGates, SyncSource
-from clonefleet.clone import Clone, CloneSpec, McpManager, RunResult, pack_state
+from clonefleet.clone import Candidate, Clone, CloneSpec, McpManager, RunResult, pack_state
 from clonefleet.config import Config, McpServerConfig
 from clonefleet.control import JobControl
+from clonefleet.errors import ModelHTTPError
 from clonefleet.host._model_pool import ProviderPool
 from clonefleet.providers import SimScript
 from clonefleet.vocab import EventType, JobState, Outcome, StopReason, stop_error
@@ -39,6 +40,7 @@ DRAIN_MAX_EVENTS = 20_000
 
 _FINAL = str(EventType.FINAL)
 _FAILOVER = str(EventType.MODEL_FAILOVER)
+_RATE_LIMITED = str(EventType.RATE_LIMITED)
 _CHECKPOINT = str(EventType.CHECKPOINT)
 _RESULT = str(EventType.RESULT)
 
@@ -222,6 +224,18 @@ class HostCore:
                 }
             )
 
+        def on_rate_limited(cand: Candidate, err: ModelHTTPError) -> None:
+            emit(
+                {
+                    "type": _RATE_LIMITED,
+                    "ts": time.time(),
+                    "model": cand.key,
+                    "provider": cand.provider,
+                    "status": err.status,
+                    "retry_after_s": err.retry_after_s,
+                }
+            )
+
         try:
             # Only a clone with MCP servers in sight pays for this (and only its first start).
             host_tools = (
@@ -231,7 +245,7 @@ class HostCore:
             )
             clone = Clone(
                 spec,
-                pool.failover_for(spec, on_failover),
+                pool.failover_for(spec, on_failover, on_rate_limited),
                 host_tools=host_tools,
                 emit=emit,
                 checkpoint=checkpoint,

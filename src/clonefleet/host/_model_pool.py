@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from clonefleet.admission import CandidateGate, HostGates, Limits
-from clonefleet.clone import Candidate, CloneSpec, FailoverModel, OnFailover, WebAccess
+from clonefleet.clone import (
+    Candidate,
+    CloneSpec,
+    FailoverModel,
+    OnFailover,
+    OnRateLimited,
+    WebAccess,
+)
 from clonefleet.config import Config, ModelConfig, ProviderConfig
 from clonefleet.providers import Model, SimBrain, SimScript, SimulatedModel
 
@@ -111,7 +118,12 @@ class ProviderPool:
             scopes.insert(0, self.gates.scope(where, model.provider, None, shared, False, probe))
         return CandidateGate(self.gates, tuple(scopes), admission.max_wait_s)
 
-    def failover_for(self, spec: CloneSpec, on_failover: OnFailover | None = None) -> FailoverModel:
+    def failover_for(
+        self,
+        spec: CloneSpec,
+        on_failover: OnFailover | None = None,
+        on_rate_limited: OnRateLimited | None = None,
+    ) -> FailoverModel:
         """The clone's own failover model, its cursor at ``spec.start``."""
         return FailoverModel(
             [self.candidate(k) for k in spec.candidates],
@@ -119,6 +131,7 @@ class ProviderPool:
             fallbacks=[self.candidate(k) for k in spec.fallbacks],
             on_failover=on_failover,
             fail_over_on_rate_limit=spec.fail_over_on_rate_limit,
+            on_rate_limited=on_rate_limited,
         )
 
     async def aclose(self) -> None:
