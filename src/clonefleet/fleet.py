@@ -404,6 +404,14 @@ class Fleet:
             totals["batches"] = {}
         return totals
 
+    def rate_limits(self) -> list[dict[str, Any]]:
+        """Each provider's and model's rate limit as the cluster's limiter sees it: requests
+        and tokens per minute now, the limit in force and where it came from, requests waiting
+        and refusals (one row per scope, ``docs/json.md``, "Rate limits"); empty when no
+        limiter runs yet."""
+        out = self._ask(lambda s: s.rate_limits.remote(), idempotent=True)
+        return cast(list[dict[str, Any]], out)
+
     def expand(self, ids: Sequence[str]) -> list[str]:
         """Job ids, with batch ids replaced by their jobs'."""
         out = self._ask(lambda s: s.expand.remote(list(ids)), idempotent=True)

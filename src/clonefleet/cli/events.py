@@ -11,10 +11,11 @@ from typing import Any
 
 from clonefleet.cli.cluster import add_address_options, connect
 from clonefleet.cli.console import EXIT_OK, whole_number
+from clonefleet.config import printable
 from clonefleet.errors import UsageError
 from clonefleet.vocab import EVENT_LEVELS, EventType
 
-__all__ = ["EVENT_PAGE", "add_events_parser", "cmd_events", "describe"]
+__all__ = ["EVENT_PAGE", "add_events_parser", "cmd_events", "describe", "rate_limited_text"]
 
 EVENT_PAGE = 5000
 """Most events one reply of the scheduler holds."""
@@ -49,8 +50,30 @@ def describe(env: dict[str, Any]) -> str:
     while event.get("type") == EventType.ENVELOPE:
         names.append(event["display_name"])
         event = event["event"]
-    detail = {k: v for k, v in event.items() if k not in ("type", "ts", "record")}
-    return f"{' > '.join(names)} [{env['subagent_run_id']}] {event['type']} {json.dumps(detail, default=str)[:200]}"
+    if event.get("type") == EventType.RATE_LIMITED:
+        said = rate_limited_text(event)
+    else:
+        detail = {k: v for k, v in event.items() if k not in ("type", "ts", "record")}
+        said = json.dumps(detail, default=str)[:200]
+    return f"{' > '.join(names)} [{env['subagent_run_id']}] {event['type']} {said}"
+
+
+def rate_limited_text(event: dict[str, Any]) -> str:
+    """A ``rate_limited`` event in words: ``HTTP 429 from p on sim-small; retry after 2.0s; the
+    request waits for capacity`` (printable, bounded)."""
+    status = event.get("status")
+    where = printable(str(event.get("provider") or "the provider"))[:100]
+    text = (
+        f"HTTP {printable(str(status))[:20]} from {where}"
+        if status is not None
+        else f"refused by {where}"
+    )
+    if event.get("model"):
+        text += f" on {printable(str(event['model']))[:100]}"
+    wait = event.get("retry_after_s")
+    if isinstance(wait, int | float) and not isinstance(wait, bool):
+        text += f"; retry after {wait:.1f}s"
+    return text + "; the request waits for capacity"
 
 
 def cmd_events(args: argparse.Namespace) -> int:

@@ -3,7 +3,8 @@ from its journal when none runs (docs/cli.md, docs/json.md).
 
 Every call has a deadline: ``jobs wait --timeout T`` returns within ``T`` + 2 s even when the
 scheduler is frozen. ``jobs list`` prints one page of the table with the usage totals, or with
-``--json`` streams every job as one JSON object, page by page.
+``--json`` streams every job as one JSON object, page by page; both end with the fleet's
+rate limits per provider and model.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from clonefleet.cli.cluster import add_address_options, connect, journal_dir
 from clonefleet.cli.console import EXIT_FAILED, EXIT_OK, make_console, print_result, whole_number
 from clonefleet.config import printable
+from clonefleet.errors import ClonefleetError
 from clonefleet.vocab import succeeded
 
 if TYPE_CHECKING:
@@ -32,6 +34,8 @@ __all__ = [
     "cmd_jobs",
     "dollars",
     "jobs_table",
+    "rate_limits_table",
+    "read_rate_limits",
     "stream_listing",
     "totals_lines",
 ]
@@ -170,6 +174,9 @@ def _jobs_list(fleet: Fleet, args: argparse.Namespace) -> int:
         flags = "".join(f" --{k} {v}" for k, v in filters.items() if v is not None)
         more = f"clonefleet jobs list{flags} --cursor {page['next_cursor']}"
         console.print(f"more jobs: {more} --limit {args.limit or HUMAN_PAGE}", markup=False)
+    limits = read_rate_limits(fleet)
+    if limits:
+        console.print(rate_limits_table(limits))
     return EXIT_OK
 
 
@@ -279,6 +286,61 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Any:
     return table
 
 
+def read_rate_limits(source: Any) -> list[dict[str, Any]]:
+    """The fleet's rate-limit rows (``Fleet.rate_limits``); none from a journal read offline,
+    or when the scheduler does not answer (the jobs are still listed)."""
+    read = getattr(source, "rate_limits", None)
+    if not callable(read):
+        return []
+    try:
+        rows = read()
+    except ClonefleetError:
+        return []
+    return [r for r in rows if isinstance(r, dict)]
+
+
+def _now_of(now: Any, limit: Any) -> str:
+    """``1,102 / 1,140``, or ``1,102 / -`` with no limit."""
+    return f"{float(now or 0):,.0f} / " + ("-" if limit is None else f"{float(limit):,.0f}")
+
+
+_RATE_COLUMNS = (
+    "provider/model",
+    "rpm now / limit",
+    "tpm now / limit",
+    "source",
+    "waiting",
+    "in flight",
+    "429s (last min)",
+)
+_WORDS = frozenset({"provider/model", "source"})
+
+
+def rate_limits_table(rows: list[dict[str, Any]]) -> Any:
+    """The rich table of the fleet's rate limits: one row per provider and model scope
+    (docs/json.md, "Rate limits")."""
+    from rich.table import Table
+
+    from clonefleet.cli.progress import scope_label
+
+    table = Table(title="rate limits", title_justify="left")
+    for col in _RATE_COLUMNS:
+        table.add_column(col, no_wrap=True, justify="left" if col in _WORDS else "right")
+    for r in rows:
+        most = r.get("max_in_flight")
+        in_flight = f"{int(r.get('in_flight') or 0):,}" + ("" if most is None else f" / {most:,}")
+        table.add_row(
+            scope_label(r),
+            _now_of(r.get("rpm_now"), r.get("rpm_limit")),
+            _now_of(r.get("tpm_now"), r.get("tpm_limit")),
+            printable(str(r.get("source") or "none")),
+            f"{int(r.get('waiting') or 0):,}",
+            in_flight,
+            f"{int(r.get('rate_limited') or 0):,} ({int(r.get('rate_limited_last_min') or 0):,})",
+        )
+    return table
+
+
 def dollars(cost: float | None) -> str:
     """``$0.0123``, or ``-`` for an unknown cost."""
     return "-" if cost is None else f"${cost:,.4f}"
@@ -333,6 +395,7 @@ def stream_listing(
         "capacity": page["capacity"],
         "totals": {"fleet": page["totals"]["fleet"], "batches": batches},
         "next_cursor": page["next_cursor"],
+        "rate_limits": read_rate_limits(source),
     }
     sys.stdout.write("\n], " + json.dumps(tail, default=str)[1:] + "\n")
     return 0

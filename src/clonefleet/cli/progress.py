@@ -14,7 +14,7 @@ import json
 import math
 import sys
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TextIO
@@ -27,6 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from clonefleet.config import printable
+from clonefleet.errors import ClonefleetError
 from clonefleet.vocab import EventType, succeeded
 
 __all__ = [
@@ -34,11 +35,15 @@ __all__ = [
     "LiveView",
     "PlainView",
     "ProgressNote",
+    "RateLimitPoll",
     "Tally",
     "View",
     "Watcher",
     "failure_line",
+    "rate_limit_line",
     "render_live",
+    "scope_label",
+    "shown_scopes",
     "watch",
 ]
 
@@ -56,6 +61,10 @@ RATE_WINDOW_S = 20.0
 PAGE_WAIT_S = 0.5
 """How long one read of events waits for the next event: the display is redrawn at least this
 often while nothing happens."""
+RATE_LIMITS_EVERY_S = 2.0
+"""Least time between two reads of the fleet's rate limits for the live display."""
+SCOPES_SHOWN = 8
+"""Rate-limit lines the live display shows (the rest are counted in one more line)."""
 
 Clock = Callable[[], float]
 
@@ -139,6 +148,66 @@ def clock_text(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+# -- rate limits -------------------------------------------------------------------------
+def scope_label(row: dict[str, Any]) -> str:
+    """``provider/model`` of a rate-limit row (docs/json.md, "Rate limits"), or the provider
+    alone for a provider-wide scope; printable."""
+    provider = printable(str(row.get("provider") or row.get("scope") or "?"))
+    model = row.get("model")
+    return f"{provider}/{printable(str(model))}" if model else provider
+
+
+def _per_minute(now: Any, limit: Any, unit: str) -> str:
+    """``1,102 of 1,140 rpm``, or ``1,102 rpm`` with no limit."""
+    text = f"{float(now or 0):,.0f}"
+    return f"{text} of {float(limit):,.0f} {unit}" if limit is not None else f"{text} {unit}"
+
+
+def rate_limit_line(row: dict[str, Any]) -> str:
+    """One scope on one line: ``p/sim-small  1,102 of 1,140 rpm (headers) · 12 waiting · 3 ×
+    429 (1 in the last minute)``; tokens, slots in flight and a pause only when they say
+    something."""
+    rates = [_per_minute(row.get("rpm_now"), row.get("rpm_limit"), "rpm")]
+    if row.get("tpm_limit") is not None or row.get("tpm_now"):
+        rates.append(_per_minute(row.get("tpm_now"), row.get("tpm_limit"), "tpm"))
+    head = ", ".join(rates)
+    source = row.get("source")
+    if source and source != "none":
+        head += f" ({printable(str(source))})"
+    parts = [head]
+    in_flight, most = int(row.get("in_flight") or 0), row.get("max_in_flight")
+    if most is not None:
+        parts.append(f"{in_flight:,} of {int(most):,} in flight")
+    elif in_flight:
+        parts.append(f"{in_flight:,} in flight")
+    if row.get("waiting"):
+        parts.append(f"{int(row['waiting']):,} waiting")
+    refused = int(row.get("rate_limited") or 0)
+    if refused:
+        recent = int(row.get("rate_limited_last_min") or 0)
+        parts.append(f"{refused:,} × 429" + (f" ({recent:,} in the last minute)" if recent else ""))
+    if row.get("paused_s"):
+        parts.append(f"paused {float(row['paused_s']):.1f}s")
+    return f"{scope_label(row)}  " + " · ".join(parts)
+
+
+def shown_scopes(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The scopes the live display shows: those with a limit in force, a probing window,
+    requests waiting or refusals (an open scope nothing limits says nothing)."""
+    return [
+        r
+        for r in rows
+        if any(r.get(k) is not None for k in ("rpm_limit", "tpm_limit", "max_in_flight"))
+        or r.get("waiting")
+        or r.get("rate_limited")
+    ]
+
+
+def _refusal_label(event: dict[str, Any]) -> str:
+    """Whom a ``rate_limited`` event's refusal came from: ``provider/model``."""
+    return scope_label({"provider": event.get("provider"), "model": event.get("model")})
+
+
 class Tally:
     """A batch's counts as its events arrive: started, ended, failed; the latest progress
     lines; each job's record and the detail of its ``error`` event."""
@@ -158,6 +227,10 @@ class Tally:
         self.latest: deque[ProgressNote] = deque(maxlen=ROLLING_LINES)
         self.rate = Rate(clock)
         self.rate.sample(0)
+        self.limits: list[dict[str, Any]] = []
+        """The fleet's rate-limit rows as last read (docs/json.md, "Rate limits")."""
+        self.rate_limited: Counter[str] = Counter()
+        """The batch's requests a provider refused for its rate, by ``provider/model``."""
 
     @property
     def total(self) -> int:
@@ -315,7 +388,21 @@ def render_live(tally: Tally, *, final: bool = False) -> RenderableType:
         height=ROLLING_LINES + 2,
         border_style="dim",
     )
-    return Group(panel, bar)
+    return Group(panel, *_scope_lines(tally.limits), bar)
+
+
+def _scope_lines(rows: Sequence[dict[str, Any]]) -> list[RenderableType]:
+    """The live display's rate-limit lines: at most :data:`SCOPES_SHOWN`, then a count."""
+    shown = shown_scopes(rows)
+    out: list[RenderableType] = []
+    for row in shown[:SCOPES_SHOWN]:
+        line = Text(rate_limit_line(row), no_wrap=True, overflow="ellipsis")
+        line.stylize("bold", 0, len(scope_label(row)))
+        line.highlight_regex(r"[\d,]+ × 429", "bold red")
+        out.append(line)
+    if len(shown) > SCOPES_SHOWN:
+        out.append(Text(f"{len(shown) - SCOPES_SHOWN:,} more rate-limited scopes", style="dim"))
+    return out
 
 
 def _bar(tally: Tally) -> RenderableType:
@@ -407,16 +494,45 @@ def _pages(
             return
 
 
+class RateLimitPoll:
+    """Reads the fleet's rate limits into a :class:`Tally` at most every ``every_s`` (one call
+    on the scheduler, however often the display is redrawn); a failed read keeps the rows
+    read before."""
+
+    def __init__(
+        self,
+        read: Callable[[], list[dict[str, Any]]],
+        clock: Clock = time.monotonic,
+        every_s: float = RATE_LIMITS_EVERY_S,
+    ) -> None:
+        self._read, self._clock, self._every_s = read, clock, every_s
+        self._last = -math.inf
+
+    def __call__(self, tally: Tally) -> None:
+        now = self._clock()
+        if now - self._last < self._every_s:
+            return
+        self._last = now
+        try:
+            rows = self._read()
+        except ClonefleetError:
+            return  # shown again with the next good read
+        tally.limits = [r for r in rows if isinstance(r, dict)]
+
+
 class Watcher:
-    """Feeds events into a :class:`Tally`, its views and the record writers."""
+    """Feeds events into a :class:`Tally`, its views and the record writers; ``poll`` (a
+    :class:`RateLimitPoll`) refreshes the tally's rate limits before each redraw."""
 
     def __init__(
         self,
         tally: Tally,
         views: Sequence[View],
         writers: Sequence[Callable[[dict[str, Any]], None]] = (),
+        poll: Callable[[Tally], None] | None = None,
     ) -> None:
         self.tally, self.views, self.writers = tally, tuple(views), tuple(writers)
+        self.poll = poll
 
     def apply(self, env: dict[str, Any]) -> None:
         event, job = env["event"], env["subagent_run_id"]
@@ -435,6 +551,8 @@ class Watcher:
             tally.running.add(job)  # once, though a restarted clone starts again
         elif kind == EventType.ERROR:
             tally.details[job] = _one_line(str(event.get("detail") or ""), 500)
+        elif kind == EventType.RATE_LIMITED:
+            tally.rate_limited[_refusal_label(event)] += 1
         elif kind == EventType.RESULT:
             self._ended(job, event["record"])
 
@@ -453,6 +571,8 @@ class Watcher:
         for env in events:
             self.apply(env)
         self.tally.rate.sample(self.tally.done)
+        if self.poll is not None:
+            self.poll(self.tally)
         for view in self.views:
             view.flush(self.tally)
 
@@ -483,17 +603,20 @@ def watch(
     stream = stream or sys.stderr
     tally = Tally(batch.job_ids, batch_id=batch.batch_id)
     views: list[View] = []
+    poll = None
     if stream.isatty():
         live = LiveView(Console(file=stream, highlight=False), tally)
         # Lines first: each flush prints them above the region, then the region is redrawn.
         views = [ExecLines(live.console_write), live] if progress_lines else [live]
+        read = getattr(fleet, "rate_limits", None)
+        poll = RateLimitPoll(read, tally.clock) if callable(read) else None
     else:
         views.append(ExecLines(lambda text: _write(stream, text)))
         if not as_json:
             views.append(PlainView(stream))
     if as_json:
         writers = (_print_record, *writers)
-    watcher = Watcher(tally, views, writers)
+    watcher = Watcher(tally, views, writers, poll)
     try:
         for events in _pages(fleet, batch.batch_id, lambda: tally.all_ended):
             watcher.page(events)

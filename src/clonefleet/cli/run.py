@@ -301,6 +301,7 @@ def _summary(
         elapsed_s=elapsed_s,
         ran_s=tally.elapsed_s,
         details=tally.details,
+        rate_limited=dict(tally.rate_limited),
         out_path=args.out,
         embedded=fleet.embedded,
         address=None if args.address in (None, "auto") else args.address,

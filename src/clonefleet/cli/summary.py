@@ -1,7 +1,7 @@
 """The end of ``clonefleet run`` (docs/cli.md): the summary for people, and the ``--out`` file.
 
 The summary counts the batch as a whole (by status, outcome, stop reason and model; turns,
-tokens and cost), counts the failures by cause (``12 failed: HTTP 401 invalid_api_key on model
+tokens, cost and the requests providers refused for their rate), counts the failures by cause (``12 failed: HTTP 401 invalid_api_key on model
 x``), lists the first failures with their errors and names a command that lists
 the rest; the per-job table is printed only for small batches or on request. :class:`RecordFile`
 appends one ``run --json`` record per line as each job ends.
@@ -39,6 +39,7 @@ __all__ = [
     "RunEnd",
     "cause_lines",
     "keep_failures",
+    "refusals_text",
     "summary",
 ]
 
@@ -128,6 +129,9 @@ class RunEnd:
     """Time from the batch's submission to its end."""
     details: Mapping[str, str] = field(default_factory=dict)
     """Why each non-completed job ended (its ``error`` event), by job id."""
+    rate_limited: Mapping[str, int] = field(default_factory=dict)
+    """Requests of the batch a provider refused for its rate (``rate_limited`` events), by
+    ``provider/model``."""
     out_path: str | None = None
     """The ``--out`` file, if any."""
     embedded: bool = True
@@ -190,7 +194,17 @@ def _totals(end: RunEnd, config: Config) -> list[RenderableType]:
     cost = _cost(records, config)
     if cost is not None:
         rows.append(("cost", cost))
+    refused = refusals_text(end.rate_limited)
+    if refused:
+        rows.append(("429s", refused))
     return [Text.assemble((f"{key:<12}", "bold"), " ", value) for key, value in rows]
+
+
+def refusals_text(counts: Mapping[str, int]) -> str:
+    """``12 on p/sim-small, 3 on p/sim-large``: refusals for rate by ``provider/model``, most
+    first (empty when there were none)."""
+    ordered = sorted(((n, k) for k, n in counts.items() if n), key=lambda nk: (-nk[0], nk[1]))
+    return ", ".join(f"{n:,} on {printable(name)}" for n, name in ordered)
 
 
 def _rest_command(end: RunEnd, failures: Sequence[dict[str, Any]], kept: Path | None) -> str:

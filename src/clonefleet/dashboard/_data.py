@@ -24,7 +24,7 @@ from clonefleet.control import (
     RunRecord,
     Target,
 )
-from clonefleet.errors import UsageError
+from clonefleet.errors import ClonefleetError, UsageError
 from clonefleet.vocab import RUN_RECORD_FIELDS, JobState
 
 __all__ = [
@@ -33,8 +33,10 @@ __all__ = [
     "check_job_id",
     "jobs_page",
     "overview",
+    "rate_row",
     "read_events",
     "read_job",
+    "read_rate_limits",
     "read_snapshot",
 ]
 
@@ -69,7 +71,8 @@ ENDED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 class DataSource(Protocol):
     """The part of :class:`~clonefleet.Fleet` the dashboard reads (a ``Fleet`` is one).
 
-    The calls block; each must fail within its own deadline (a ``Fleet`` does).
+    The calls block; each must fail within its own deadline (a ``Fleet`` does). A source may
+    also offer ``rate_limits()`` (a ``Fleet`` does); without it the rate-limit panel is empty.
     """
 
     def list_jobs(self, **filters: Unpack[JobFilter]) -> JobListing: ...
@@ -98,6 +101,8 @@ class Snapshot:
     """Unix seconds."""
     truncated: bool = False
     """More than :data:`MAX_JOBS` jobs: the oldest batches were left out."""
+    rate_limits: tuple[dict[str, Any], ...] = ()
+    """The fleet's rate limits, one row per provider and model scope (:func:`rate_row`)."""
 
 
 def clip(value: Any, limit: int = TEXT_LIMIT, depth: int = 6) -> Any:
@@ -193,6 +198,51 @@ def _usage(rows: Iterable[dict[str, Any]], fleet: Any) -> dict[str, Any]:
     return totals
 
 
+MAX_SCOPES = 200
+"""Rate-limit rows a snapshot keeps."""
+_RATE_NUMBERS = (
+    "rpm_limit",
+    "tpm_limit",
+    "max_in_flight",
+    "rpm_now",
+    "tpm_now",
+    "in_flight",
+    "waiting",
+    "rate_limited",
+    "rate_limited_last_min",
+    "paused_s",
+)
+
+
+def rate_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A rate-limit row (docs/json.md, "Rate limits") made safe to send: its names clipped,
+    its numbers numbers (or ``null``), and ``label``: ``provider/model``, or the provider."""
+    provider, model = clip(row.get("provider"), 200), clip(row.get("model"), 200)
+    scope = clip(row.get("scope"), 400)
+    out: dict[str, Any] = {
+        "scope": scope,
+        "provider": provider,
+        "model": model,
+        "label": f"{provider}/{model}" if model else str(provider or scope or "?"),
+        "source": clip(row.get("source"), 40),
+    }
+    out.update({k: _number(row.get(k)) for k in _RATE_NUMBERS})
+    return out
+
+
+def read_rate_limits(source: object) -> tuple[dict[str, Any], ...]:
+    """The source's rate-limit rows (``Fleet.rate_limits``; blocking); none from a source
+    without them or when the read fails (the job table is shown all the same)."""
+    read = getattr(source, "rate_limits", None)
+    if not callable(read):
+        return ()
+    try:
+        rows = read()
+    except ClonefleetError:
+        return ()
+    return tuple(rate_row(r) for r in list(rows)[:MAX_SCOPES] if isinstance(r, Mapping))
+
+
 def read_snapshot(source: DataSource, clock: Callable[[], float] = time.time) -> Snapshot:
     """Read every job once and build the views (blocking: run it off the event loop).
 
@@ -219,16 +269,19 @@ def read_snapshot(source: DataSource, clock: Callable[[], float] = time.time) ->
         agents=tuple(sorted({r["agent"] for r in rows if r["agent"]})),
         fetched_at=clock(),
         truncated=truncated,
+        rate_limits=read_rate_limits(source),
     )
 
 
 def overview(snap: Snapshot) -> dict[str, Any]:
-    """What every page shows: batches, usage totals, capacity and the agent names."""
+    """What every page shows: batches, usage totals, capacity, the agent names and the rate
+    limits."""
     return {
         "batches": list(snap.batches),
         "usage": snap.usage,
         "capacity": snap.capacity,
         "agents": list(snap.agents),
+        "rate_limits": list(snap.rate_limits),
         "fetched_at": snap.fetched_at,
         "truncated": snap.truncated,
     }

@@ -81,6 +81,7 @@ class Dashboard:
         app.router.add_get("/static/{name}", self._static)
         app.router.add_get("/api/batches", self._batches)
         app.router.add_get("/api/usage", self._usage)
+        app.router.add_get("/api/rate-limits", self._rate_limits)
         app.router.add_get("/api/jobs", self._jobs)
         app.router.add_get("/api/jobs/{job_id}", self._job)
         app.router.add_get("/api/jobs/{job_id}/events", self._events)
@@ -155,6 +156,11 @@ class Dashboard:
         snap = self.live.snapshot
         assert snap is not None
         return _json({"usage": snap.usage, "capacity": snap.capacity, **state})
+
+    async def _rate_limits(self, request: web.Request) -> web.Response:
+        state = self._state()
+        assert self.live.snapshot is not None
+        return _json({"rate_limits": list(self.live.snapshot.rate_limits), **state})
 
     async def _jobs(self, request: web.Request) -> web.Response:
         state = self._state()

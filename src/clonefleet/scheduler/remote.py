@@ -21,6 +21,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from clonefleet import control as api
+from clonefleet.admission.remote import admission_snapshot
 from clonefleet.clone import state_of
 from clonefleet.cluster import NAMESPACE, SCHEDULER_NAME, read_state, state_dir, tune_collector
 from clonefleet.config import DurabilityConfig, LimitsConfig
@@ -37,6 +38,9 @@ from clonefleet.scheduler._mail import check_message
 from clonefleet.scheduler._recovery import housekeeping, restore
 
 __all__ = ["SCHEDULER_NAME", "NAMESPACE", "SchedulerActor", "get_or_create_scheduler"]
+
+RATE_LIMITS_TIMEOUT_S = 2.0
+"""How long :meth:`SchedulerActor.rate_limits` waits for the limiter before answering none."""
 
 
 class RayInboxLink:
@@ -177,6 +181,15 @@ class SchedulerActor:
             "warm_hosts_replaced": core.hosts.replaced,
             "jobs": len(core.jobs),
         }
+
+    async def rate_limits(self) -> list[dict[str, Any]]:
+        """The cluster limiter's view of every provider and model scope (docs/json.md, "Rate
+        limits"); empty when no limiter runs or it did not answer within
+        :data:`RATE_LIMITS_TIMEOUT_S` (never raises: the view is only shown)."""
+        try:
+            return await asyncio.wait_for(admission_snapshot(), RATE_LIMITS_TIMEOUT_S)
+        except Exception:
+            return []
 
     # -- messaging (the inbox actor calls these) -----------------------------------------
     async def inbox(self, limits: LimitsConfig | None = None) -> Any:

@@ -71,7 +71,8 @@ def test_json_streams_one_object_of_every_job_page_by_page(view, capsys, monkeyp
     monkeypatch.setattr(view, "list_jobs", counted)
     assert _jobs_list(view, args(json=True)) == 0
     listing = json.loads(capsys.readouterr().out)
-    assert list(listing) == ["jobs", "capacity", "totals", "next_cursor"]
+    assert list(listing) == ["jobs", "capacity", "totals", "next_cursor", "rate_limits"]
+    assert listing["rate_limits"] == []  # read from the journal: no limiter
     assert len(listing["jobs"]) == 7 and listing["next_cursor"] is None
     assert [c["limit"] for c in calls] == [3, 3, 3]
     (batch,) = listing["totals"]["batches"].values()

@@ -114,6 +114,31 @@
     $("capacity").textContent = `${num(capacity.running)} running, ${num(capacity.queued)} queued (${cap})`;
   }
 
+  // -- rate limits --------------------------------------------------------------------------
+  const perMinute = (now, limit) =>
+    `${num(Math.round(now || 0))} / ${typeof limit === "number" ? num(Math.round(limit)) : "–"}`;
+
+  function rateRow(r) {
+    const row = el("tr");
+    row.dataset.scope = r.scope;
+    cell(row, r.label, "mono");
+    cell(row, perMinute(r.rpm_now, r.rpm_limit));
+    cell(row, perMinute(r.tpm_now, r.tpm_limit));
+    cell(row, r.source);
+    cell(row, num(r.waiting));
+    const most = typeof r.max_in_flight === "number" ? ` / ${num(r.max_in_flight)}` : "";
+    cell(row, `${num(r.in_flight)}${most}`);
+    const refused = cell(row, `${num(r.rate_limited)} (${num(r.rate_limited_last_min)})`);
+    if (r.rate_limited_last_min) refused.className = "refusing";
+    return row;
+  }
+
+  function renderRateLimits(rows) {
+    const list = rows || [];
+    replaceRows($("rate-limits").tBodies[0], list.map(rateRow));
+    $("rate-limits-box").hidden = list.length === 0;
+  }
+
   // -- batches ------------------------------------------------------------------------------
   function progressBar(b) {
     const bar = el("div", "bar");
@@ -372,6 +397,7 @@
     if (!data.batches) return; // nothing read yet
     $("updated").textContent = `updated ${clock(data.fetched_at)}`;
     renderUsage(data.usage, data.capacity);
+    renderRateLimits(data.rate_limits);
     renderBatches(data.batches);
     fillSelect($("filter-agent"), data.agents);
     fillSelect($("filter-batch"), data.batches.map((b) => b.batch_id), (id) => {
