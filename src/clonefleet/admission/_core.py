@@ -95,7 +95,9 @@ class AdmissionCore:
             scope.used.add(now, demand.tokens)
         if demand.overrun and scope.tokens is not None:
             scope.tokens.refill(now)
-            scope.tokens.level -= demand.overrun
+            # Tokens given back fill the bucket no further than full (no larger burst).
+            level = scope.tokens.level - demand.overrun
+            scope.tokens.level = min(level, scope.tokens.capacity)
         if demand.announced is not None and scope.learn:
             self._announced(scope, demand, now)
         if demand.refused:
