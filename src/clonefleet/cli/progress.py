@@ -165,10 +165,10 @@ def _per_minute(now: Any, limit: Any, unit: str) -> str:
 
 def rate_limit_line(row: dict[str, Any]) -> str:
     """One scope on one line: ``p/sim-small  1,102 of 1,140 rpm (headers) · 12 waiting · 3 ×
-    429 (1 in the last minute)``; tokens, slots in flight and a pause only when they say
-    something."""
+    429 (1 last min)``; tokens under a limit, slots in flight and a pause only when they say
+    something (the tokens of every scope are in ``jobs list``)."""
     rates = [_per_minute(row.get("rpm_now"), row.get("rpm_limit"), "rpm")]
-    if row.get("tpm_limit") is not None or row.get("tpm_now"):
+    if row.get("tpm_limit") is not None:
         rates.append(_per_minute(row.get("tpm_now"), row.get("tpm_limit"), "tpm"))
     head = ", ".join(rates)
     source = row.get("source")
@@ -185,7 +185,7 @@ def rate_limit_line(row: dict[str, Any]) -> str:
     refused = int(row.get("rate_limited") or 0)
     if refused:
         recent = int(row.get("rate_limited_last_min") or 0)
-        parts.append(f"{refused:,} × 429" + (f" ({recent:,} in the last minute)" if recent else ""))
+        parts.append(f"{refused:,} × 429" + (f" ({recent:,} last min)" if recent else ""))
     if row.get("paused_s"):
         parts.append(f"paused {float(row['paused_s']):.1f}s")
     return f"{scope_label(row)}  " + " · ".join(parts)

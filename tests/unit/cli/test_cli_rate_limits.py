@@ -94,7 +94,7 @@ def text_of(renderable: Any, width: int = 120) -> str:
 # -- one line per scope --------------------------------------------------------------------
 def test_a_scope_on_one_line_names_the_limit_its_source_the_waiting_and_the_refusals():
     assert rate_limit_line(HEADERS) == (
-        "p/sim-small  1,102 of 1,140 rpm (headers) · 12 waiting · 3 × 429 (1 in the last minute)"
+        "p/sim-small  1,102 of 1,140 rpm (headers) · 12 waiting · 3 × 429 (1 last min)"
     )
 
 
@@ -111,7 +111,7 @@ def test_tokens_slots_and_a_pause_are_shown_only_when_they_say_something():
         )
     )
     assert line == "p  55 rpm, 40,210 of 90,000 tpm (config) · 3 of 16 in flight · paused 2.0s"
-    assert rate_limit_line(row(in_flight=2)) == "p  0 rpm · 2 in flight"
+    assert rate_limit_line(row(in_flight=2, tpm_now=900.0)) == "p  0 rpm · 2 in flight"
 
 
 def test_only_scopes_with_a_limit_a_window_waiting_or_refusals_are_shown():
