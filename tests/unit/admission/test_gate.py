@@ -1,0 +1,206 @@
+"""HostGates: the queue of a host's requests in front of the limiter, its sync task, open scopes,
+cancellations, and the host's own limiter when the fleet's cannot be reached."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from clonefleet.admission import AdmissionCore, Demand, Grant, HostGates, HostScope, Limits, Ticket
+from clonefleet.errors import ClusterError
+from clonefleet.testing import FakeClock
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Limiter:
+    """A fleet's limiter as a host reaches it: a real core on the fake clock, calls counted."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.core = AdmissionCore()
+        self.clock = clock
+        self.calls = 0
+        self.down = False
+
+    async def __call__(self, who: str, demands: list[Demand]) -> list[Grant]:
+        self.calls += 1
+        await asyncio.sleep(0)  # a remote call yields
+        if self.down:
+            raise ClusterError("the limiter is gone")
+        return self.core.sync(who, demands, self.clock())
+
+
+async def until(check: Callable[[], bool], within_s: float = 3.0) -> None:
+    """Poll ``check`` every few milliseconds until it holds (fails after ``within_s``)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + within_s
+    while not check():
+        assert loop.time() < end, "condition not reached in time"
+        await asyncio.sleep(0.005)
+
+
+def slots(gates: HostGates, n: int) -> HostScope:
+    """A provider-wide scope of ``n`` slots (nothing learned)."""
+    return gates.scope("p@x", "p", None, Limits(max_in_flight=n), False, 16)
+
+
+async def admit_all(gates: HostGates, scopes: Sequence[HostScope], count: int) -> list[Ticket]:
+    return [await gates.admit(scopes, 1) for _ in range(count)]
+
+
+async def test_waiting_requests_are_admitted_first_come_first_served() -> None:
+    clock = FakeClock()
+    limiter = Limiter(clock)
+    gates = HostGates("h", limiter, clock=clock)
+    scope = slots(gates, 1)
+    order: list[int] = []
+    tickets: dict[int, Ticket] = {}
+
+    async def one(i: int) -> None:
+        tickets[i] = await gates.admit((scope,), 1)
+        order.append(i)
+
+    tasks = []
+    for i in range(4):
+        tasks.append(asyncio.create_task(one(i)))
+        await asyncio.sleep(0)  # each joins the queue in turn
+    for k in range(4):
+        await until(lambda k=k: len(order) == k + 1)  # type: ignore[misc]
+        assert order == list(range(k + 1))
+        assert scope.in_flight == 1 and len(scope.queue) == 3 - k
+        gates.answered(tickets[k], 20, None)
+    await asyncio.gather(*tasks)
+    await gates.aclose()
+
+
+async def test_a_cancelled_waiter_leaves_the_queue_and_the_next_one_gets_the_slot() -> None:
+    clock = FakeClock()
+    gates = HostGates("h", Limiter(clock), clock=clock)
+    scope = slots(gates, 1)
+    (first,) = await admit_all(gates, (scope,), 1)
+    stops = asyncio.create_task(gates.admit((scope,), 1))
+    stays = asyncio.create_task(gates.admit((scope,), 1))
+    await until(lambda: len(scope.queue) == 2)
+    stops.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stops
+    assert len(scope.queue) == 1 and scope.in_flight == 1
+    gates.abandoned(first)
+    ticket = await asyncio.wait_for(stays, 3.0)
+    assert ticket.held == (True,) and scope.in_flight == 1
+    await gates.aclose()
+
+
+async def test_a_waiter_cancelled_just_after_its_admission_gives_its_slot_back() -> None:
+    clock = FakeClock()
+    gates = HostGates("h", None, clock=clock)  # the host's own limiter: a sync does not yield
+    scope = slots(gates, 1)
+    (first,) = await admit_all(gates, (scope,), 1)
+    late = asyncio.create_task(gates.admit((scope,), 1))
+    await until(lambda: len(scope.queue) == 1)
+    gates.abandoned(first)
+    await gates.sync_now()  # admits `late` ...
+    assert not scope.queue
+    late.cancel()  # ... whose clone stops before it runs again
+    with pytest.raises(asyncio.CancelledError):
+        await late
+    assert scope.release == 1 and scope.in_flight == 0  # the slot is given back
+    (again,) = await asyncio.wait_for(admit_all(gates, (scope,), 1), 3.0)
+    assert again.held == (True,)
+    assert gates.snapshot()[0]["max_in_flight"] == 1
+    await gates.aclose()
+
+
+async def test_an_open_scope_admits_at_once_without_a_sync_and_reports_what_it_sent() -> None:
+    clock = FakeClock()
+    limiter = Limiter(clock)
+    gates = HostGates("h", limiter, clock=clock)
+    scope = gates.scope("p@x", "p", None, Limits(), False, 16)
+    (first,) = await admit_all(gates, (scope,), 1)  # the first asks: is anything limiting?
+    assert scope.open and limiter.calls == 1
+    tickets = await admit_all(gates, (scope,), 5)
+    assert limiter.calls == 1 and all(t.held == (False,) for t in tickets)
+    assert scope.in_flight == 6
+    for ticket in (first, *tickets):
+        gates.answered(ticket, 30, None)
+    await gates.sync_now()
+    (seen,) = limiter.core.snapshot(clock())
+    assert seen["rpm_now"] >= 5 and seen["tpm_now"] == 180 and seen["source"] == "none"
+    await gates.aclose()
+
+
+async def test_a_refusal_closes_an_open_scope_until_the_limiter_answers() -> None:
+    clock = FakeClock()
+    limiter = Limiter(clock)
+    gates = HostGates("h", limiter, clock=clock)
+    scope = gates.scope("p@x", "p", None, Limits(), False, 16)
+    (ticket,) = await admit_all(gates, (scope,), 1)
+    gates.refused(ticket, 0.0, None)
+    assert not scope.open and scope.in_flight == 0
+    calls = limiter.calls
+    await until(lambda: limiter.calls > calls)  # the limiter hears of it at once
+    await asyncio.wait_for(admit_all(gates, (scope,), 1), 3.0)
+    assert limiter.core.snapshot(clock())[0]["rate_limited"] == 1
+    await gates.aclose()
+
+
+async def test_an_unreachable_limiter_leaves_the_host_s_own_to_answer() -> None:
+    clock = FakeClock()
+    limiter = Limiter(clock)
+    limiter.down = True
+    gates = HostGates("h", limiter, clock=clock)
+    scope = slots(gates, 2)
+    tickets = await asyncio.wait_for(admit_all(gates, (scope,), 2), 3.0)
+    assert gates.degraded and limiter.calls >= 1
+    assert all(t.held == (True,) for t in tickets)
+    (own,) = gates.snapshot()
+    assert own["max_in_flight"] == 2 and own["source"] == "config"
+    blocked = asyncio.create_task(gates.admit((scope,), 1))  # the own limiter's 2 slots hold
+    await asyncio.sleep(0.03)
+    assert not blocked.done()
+    limiter.down = False
+    for ticket in tickets:
+        gates.answered(ticket, 5, None)
+    await asyncio.wait_for(blocked, 3.0)
+    assert not gates.degraded  # the fleet's limiter answers again
+    await gates.aclose()
+
+
+async def test_two_hosts_on_one_limiter_share_its_slots() -> None:
+    clock = FakeClock()
+    limiter = Limiter(clock)
+    hosts = [HostGates(name, limiter, clock=clock) for name in ("h1", "h2")]
+    scopes = [slots(gates, 3) for gates in hosts]
+    flying = [0, 0]
+    most = 0
+
+    async def request(k: int) -> None:
+        nonlocal most
+        ticket = await hosts[k].admit((scopes[k],), 1)
+        flying[k] += 1
+        most = max(most, sum(flying))
+        await asyncio.sleep(0.01)
+        flying[k] -= 1
+        hosts[k].answered(ticket, 5, None)
+
+    await asyncio.wait_for(asyncio.gather(*(request(i % 2) for i in range(16))), 20.0)
+    assert most == 3  # used, and never more than the fleet's limit
+    for gates in hosts:
+        await gates.aclose()
+
+
+async def test_a_request_passes_every_scope_of_its_candidate() -> None:
+    clock = FakeClock()
+    gates = HostGates("h", Limiter(clock), clock=clock)
+    provider = slots(gates, 1)
+    model = gates.scope("p@x/m", "p", "m", Limits(max_in_flight=5), False, 16)
+    (ticket,) = await admit_all(gates, (provider, model), 1)
+    assert ticket.held == (True, True) and ticket.scopes == (provider, model)
+    waits = asyncio.create_task(gates.admit((provider, model), 1))
+    await asyncio.sleep(0.03)
+    assert not waits.done() and model.in_flight == 1  # the provider's one slot is held
+    gates.answered(ticket, 5, None)
+    await asyncio.wait_for(waits, 3.0)
+    await gates.aclose()
