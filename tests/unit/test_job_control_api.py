@@ -54,6 +54,7 @@ EXTRAS: dict[type, set[str]] = {
         "route",
         "undelivered",
         "checkpoint_of",
+        "rate_limits",  # the limiter's rows, for the views (not job control)
     },
     SchedulerControl: {"message"},
     Fleet: {
@@ -67,6 +68,7 @@ EXTRAS: dict[type, set[str]] = {
         "delivery",
         "iter_pages",
         "totals",
+        "rate_limits",
         "over",  # a classmethod: a Fleet over a scheduler handle the caller has
     },
 }
