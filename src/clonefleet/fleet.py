@@ -409,7 +409,10 @@ class Fleet:
         and tokens per minute now, the limit in force and where it came from, requests waiting
         and refusals (one row per scope, ``docs/json.md``, "Rate limits"); empty when no
         limiter runs yet."""
-        out = self._ask(lambda s: s.rate_limits.remote(), idempotent=True)
+        try:
+            out = self._ask(lambda s: s.rate_limits.remote(), idempotent=True)
+        except AttributeError:  # a scheduler from before rate limits has no such method
+            return []
         return cast(list[dict[str, Any]], out)
 
     def expand(self, ids: Sequence[str]) -> list[str]:
