@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from clonefleet.cli.progress import (
     render_live,
     scope_label,
     shown_scopes,
+    watch,
 )
 from clonefleet.cli.summary import RunEnd, refusals_text, summary
 from clonefleet.config import Config
@@ -278,3 +280,61 @@ def test_a_rate_limited_event_reads_as_a_sentence():
     assert rate_limited_text(bare) == "HTTP 503 from p; the request waits for capacity"
     other = describe(env(JOBS[0], {"type": "progress", "progress": {"summary": "x"}}))
     assert other.endswith('progress {"progress": {"summary": "x"}}')
+
+
+# -- watch ---------------------------------------------------------------------------------
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+class Batch:
+    batch_id = "b_00000001"
+    job_ids = (JOBS[0],)
+
+
+class LimitedFleet:
+    """One job that is refused once and then ends; the limiter's rows are counted as read."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.pages = [[env(JOBS[0], {"type": "started"}), refused(JOBS[0])], [result(JOBS[0])]]
+
+    def events(self, target: str, *, cursor: int, level: str, wait_s: float = 0.0) -> dict:
+        page = self.pages[cursor] if cursor < len(self.pages) else []
+        return {"events": page, "cursor": min(cursor + 1, len(self.pages))}
+
+    def remaining(self, ids: list[str]) -> int:
+        return 0
+
+    def rate_limits(self) -> list[dict[str, Any]]:
+        self.reads += 1
+        return [HEADERS]
+
+
+def result(job: str) -> dict[str, Any]:
+    record = {
+        "job_id": job,
+        "clone_index": 0,
+        "status": "completed",
+        "stop_reason": "completed",
+        "outcome": "success",
+        "result": {"success": True, "summary": "done"},
+        "error": None,
+    }
+    return env(job, {"type": "result", "record": record})
+
+
+def test_watch_on_a_terminal_shows_the_fleets_rate_limits_and_counts_the_refusals():
+    fleet, stream = LimitedFleet(), Tty()
+    tally = watch(fleet, Batch(), stream=stream)
+    assert fleet.reads == 1  # the pages came faster than one read every few seconds
+    assert tally.rate_limited == {"p/sim-small": 1}
+    shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", stream.getvalue())
+    assert "p/sim-small  1,102 of 1,140 rpm (headers)" in shown
+
+
+def test_watch_off_a_terminal_reads_no_rate_limits():
+    fleet = LimitedFleet()
+    tally = watch(fleet, Batch(), stream=io.StringIO())
+    assert fleet.reads == 0 and tally.rate_limited == {"p/sim-small": 1}
