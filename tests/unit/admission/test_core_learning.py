@@ -211,3 +211,46 @@ def test_snapshot_rows_carry_every_field() -> None:
     }
     assert rows[1]["rate_limited"] == 2 and rows[1]["rate_limited_last_min"] == 2
     assert rows[1]["model"] is None
+
+
+def test_the_first_announce_caps_the_token_bucket_by_the_tokens_answers_used() -> None:
+    core = AdmissionCore()
+    sync(core, 0.0, probe=8, want=(100,) * 4)
+    # 2 answers used 200 tokens each; 2 requests still in flight; 1000 tokens left.
+    told = Announced(rpm=10_000, tpm=600_000, tokens_left=1000)
+    grant = sync(
+        core, 0.0, announced=told, answered=2, tokens=400, release=2, in_flight=2, want=(100,) * 20
+    )
+    assert grant.admitted == 6  # (1000 - 2 * 200) / 100
+
+
+def test_a_refusal_when_the_scope_does_not_learn_pauses_but_cuts_nothing() -> None:
+    core = AdmissionCore()
+    limits = Limits(rpm=600)
+    sync(core, 0.0, learn=False, configured=limits)
+    sync(core, 1.0, learn=False, configured=limits, refused=3)
+    seen = row(core, 1.0)
+    assert seen["rpm_limit"] == 600 and seen["source"] == "config" and seen["rate_limited"] == 3
+
+
+def test_a_learned_rate_grows_with_each_answer() -> None:
+    core = AdmissionCore()
+    sync(core, 10.0, probe=8, want=(1,) * 8)
+    sync(core, 10.5, answered=8, release=8)
+    sync(core, 11.0, refused=1)
+    learned = row(core, 11.0)["rpm_limit"]
+    assert isinstance(learned, float)
+    sync(core, 11.5, answered=10)  # while first sought the rate grows 5% an answer
+    assert row(core, 11.5)["rpm_limit"] == pytest.approx(learned * 1.05**10, rel=1e-3)
+
+
+def test_a_scope_unused_for_long_is_forgotten_and_learned_again() -> None:
+    core = AdmissionCore()
+    sync(core, 0.0, announced=Announced(rpm=1200), answered=1)
+    assert row(core, 0.0)["source"] == "headers"
+    core.sync("b", [], 100.0)
+    assert len(core.snapshot(100.0)) == 1  # the host's lease ran out, the scope is kept
+    core.sync("b", [], 311.0)
+    assert core.snapshot(311.0) == []
+    sync(core, 312.0, probe=4)
+    assert row(core, 312.0)["source"] == "probing"  # nothing known: it probes again
