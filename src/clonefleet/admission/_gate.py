@@ -265,7 +265,10 @@ class HostGates:
             if timeout > 0:
                 kick.clear()
                 try:
-                    await asyncio.wait_for(kick.wait(), timeout)
+                    # Not wait_for: on Python 3.11 it swallows a cancel that comes as the kick
+                    # does, and aclose() would then wait for ever.
+                    async with asyncio.timeout(timeout):
+                        await kick.wait()
                     continue  # something changed: look again
                 except TimeoutError:
                     pass
