@@ -8,7 +8,16 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from clonefleet.admission import AdmissionCore, Demand, Grant, HostGates, HostScope, Limits, Ticket
+from clonefleet.admission import (
+    AdmissionCore,
+    Announced,
+    Demand,
+    Grant,
+    HostGates,
+    HostScope,
+    Limits,
+    Ticket,
+)
 from clonefleet.errors import ClusterError
 from clonefleet.testing import FakeClock
 
@@ -204,3 +213,38 @@ async def test_a_request_passes_every_scope_of_its_candidate() -> None:
     gates.answered(ticket, 5, None)
     await asyncio.wait_for(waits, 3.0)
     await gates.aclose()
+
+
+async def test_a_limit_heard_in_an_answer_reaches_the_limiter_at_once_least_left_first() -> None:
+    clock = FakeClock()  # frozen: the limiter's buckets refill only when it is moved
+    limiter = Limiter(clock)
+    gates = HostGates("h", limiter, clock=clock)
+    model = gates.scope("p@x/m", "p", "m", Limits(), True, 4)
+    first, second, third = await admit_all(gates, (model,), 3)
+    assert limiter.core.snapshot(clock())[0]["source"] == "probing"
+    calls = limiter.calls
+    # Two answers before the next sync: the one that saw less left is what the limiter hears.
+    gates.answered(first, 10, Announced(rpm=6000, requests_left=2))
+    gates.answered(second, 10, Announced(rpm=6000, requests_left=9))
+    await until(lambda: limiter.calls > calls)
+    (seen,) = limiter.core.snapshot(clock())
+    assert seen["source"] == "headers" and seen["rpm_limit"] == 5700.0
+    waiting = [asyncio.create_task(gates.admit((model,), 1)) for _ in range(5)]
+    await until(lambda: sum(t.done() for t in waiting) == 1)  # 2 left, 1 still in flight
+    await asyncio.sleep(0.03)
+    assert sum(t.done() for t in waiting) == 1
+    clock.advance(1.0)  # the bucket refills: the rest go
+    await asyncio.wait_for(asyncio.gather(*waiting), 3.0)
+    gates.abandoned(third)
+    await gates.aclose()
+
+
+@pytest.mark.parametrize("remote", [False, True])
+async def test_aclose_ends_the_sync_task_even_just_after_an_answer_kicked_it(remote: bool) -> None:
+    clock = FakeClock()
+    gates = HostGates("h", Limiter(clock) if remote else None, clock=clock)
+    scope = slots(gates, 3)
+    first, _ = await admit_all(gates, (scope,), 2)
+    gates.answered(first, 5, None)  # wakes the sync task ...
+    closing = asyncio.create_task(gates.aclose())  # ... as the host closes
+    await until(closing.done, within_s=2.0)
