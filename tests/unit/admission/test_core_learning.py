@@ -153,12 +153,12 @@ def test_with_headers_a_refusal_cuts_the_share_followed_but_not_below_half() -> 
     core = AdmissionCore(safety=0.95)
     sync(core, 0.0, announced=Announced(rpm=1200), answered=1)
     assert row(core, 0.0)["rpm_limit"] == 1140.0
-    sync(core, 1.0, refused=1)
-    assert row(core, 1.0)["rpm_limit"] == pytest.approx(1140 * 0.85, abs=0.05)
-    sync(core, 1.5, refused=1)  # within a second: no further cut
-    assert row(core, 1.5)["rpm_limit"] == pytest.approx(1140 * 0.85, abs=0.05)
+    sync(core, 2.0, refused=1)
+    assert row(core, 2.0)["rpm_limit"] == pytest.approx(1140 * 0.85, abs=0.05)
+    sync(core, 2.5, refused=1)  # within a second: no further cut
+    assert row(core, 2.5)["rpm_limit"] == pytest.approx(1140 * 0.85, abs=0.05)
     for k in range(10):
-        sync(core, 3.0 + 1.5 * k, refused=1)
+        sync(core, 4.0 + 1.5 * k, refused=1)
     assert row(core, 20.0)["rpm_limit"] == 570.0  # half of what is followed, no lower
     assert row(core, 20.0)["source"] == "headers"
 
