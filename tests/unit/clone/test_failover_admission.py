@@ -4,6 +4,7 @@ by ``max_wait_s`` (docs/rate-limits.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 
@@ -174,3 +175,49 @@ async def test_a_spending_cap_429_is_not_a_rate_limit() -> None:
 )
 def test_which_refusals_mean_wait_for_capacity(err: ModelHTTPError, limited: bool) -> None:
     assert err.rate_limited is limited
+
+
+async def test_no_capacity_within_max_wait_fails_with_a_timeout_naming_the_setting() -> None:
+    fleet = Fleet()
+    model = steps(then=reply("never sent"))
+    cands = fleet.candidates(model, max_wait_s=0.05)
+    gate = cands[0].gate
+    assert gate is not None
+    # Another clone holds every slot of the model.
+    held = [await gate.admit(REQ, time.monotonic() + 1.0) for _ in range(4)]
+    with pytest.raises(AllModelsFailed) as info:
+        await fleet.failover(cands).request(REQ)
+    assert "admission.max_wait_s" in info.value.failures["m0"] and model.calls == []
+    cause = info.value.cause
+    assert cause is not None and cause["candidates"][0]["error_type"] == "ModelTimeout"
+    assert cause["waited_s"] > 0
+    for ticket in held:
+        gate.abandoned(ticket)
+    await fleet.gates.aclose()
+
+
+async def test_a_request_cancelled_while_sent_gives_its_slot_back() -> None:
+    fleet = Fleet()
+    sent = asyncio.Event()
+
+    async def hangs(req: ModelRequest) -> ModelResponse:
+        sent.set()
+        await asyncio.Event().wait()  # an answer that never comes
+        raise AssertionError("unreachable")
+
+    cands = fleet.candidates(FunctionModel(hangs))
+    task = asyncio.create_task(fleet.failover(cands).request(REQ))
+    await asyncio.wait_for(sent.wait(), 3.0)
+    assert in_flight(cands) == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert in_flight(cands) == 0
+    gate = cands[0].gate
+    assert gate is not None
+    # All 4 slots of the model can be held again: the cancelled request's came back.
+    deadline = time.monotonic() + 3.0
+    held = [await gate.admit(REQ, deadline) for _ in range(4)]
+    for ticket in held:
+        gate.abandoned(ticket)
+    await fleet.gates.aclose()
