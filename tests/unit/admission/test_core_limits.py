@@ -7,6 +7,8 @@ import random
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from clonefleet.admission import AdmissionCore, Demand, Grant, Limits
 
@@ -205,3 +207,47 @@ def test_two_origins_of_one_host_are_two_configs() -> None:
     grants_for(core, "a", Limits(rpm=600), 0.0, origin="1")
     grants_for(core, "a", Limits(rpm=30), 0.0, origin="2")
     assert core.snapshot(0.0)[0]["rpm_limit"] == 30
+
+
+LEASE = 10.0
+"""The core's lease of a host's slots (seconds without a sync)."""
+
+op = st.tuples(
+    st.integers(0, 2),  # which host syncs
+    st.sampled_from((0.0, 0.004, 0.05, 0.3, 1.0, 4.0, 11.0)),  # seconds since the last sync
+    st.integers(0, 12),  # requests it has waiting
+    st.floats(0.0, 1.0),  # share of its slots it gives back
+    st.integers(1, 100),  # tokens each waiting request is estimated at
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rpm=st.sampled_from((30, 300, 2400)),
+    slots=st.integers(1, 12),
+    ops=st.lists(op, min_size=1, max_size=300),
+)
+def test_every_configured_limit_holds_at_once_for_any_hosts_syncs(
+    rpm: int, slots: int, ops: list[tuple[int, float, int, float, int]]
+) -> None:
+    tpm = 12_000  # a bucket of 100 tokens: every estimate fits it
+    limits = Limits(rpm=rpm, tpm=tpm, max_in_flight=slots)
+    core = AdmissionCore()
+    held, last = [0, 0, 0], [0.0, 0.0, 0.0]
+    now, events = 0.0, []
+    for who, step, waiting, share, estimate in ops:
+        now += step
+        release = round(held[who] * share)
+        grant = grants_for(
+            core, f"h{who}", limits, now, want=(estimate,) * waiting, release=release
+        )
+        held[who] += grant.admitted - release
+        last[who] = now
+        for other in range(3):
+            if now - last[other] > LEASE:
+                held[other] = 0  # gone: its slots went back
+        assert sum(held) <= slots
+        if grant.admitted:
+            events.append((now, grant.admitted, grant.admitted * estimate))
+    assert most_in_any_minute([(t, n) for t, n, _ in events]) <= rpm
+    assert most_in_any_minute([(t, tokens) for t, _, tokens in events]) <= tpm
