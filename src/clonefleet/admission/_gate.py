@@ -290,7 +290,8 @@ class HostGates:
 
     async def sync_now(self) -> None:
         """One sync of every scope with something to say or to ask."""
-        demands = [scope.demand() for scope in self._scopes.values()]
+        scopes = list(self._scopes.values())  # a clone may add one while the limiter answers
+        demands = [scope.demand() for scope in scopes]
         if not demands:
             return
         self._synced_at = self._clock()
@@ -304,7 +305,7 @@ class HostGates:
         if grants is None:
             grants = self._own.sync(self.host_id, demands, self._clock())
         now = self._clock()
-        for scope, grant in zip(self._scopes.values(), grants, strict=True):
+        for scope, grant in zip(scopes, grants, strict=True):
             scope.grant(grant, now)
 
     def snapshot(self) -> list[dict[str, object]]:
