@@ -32,6 +32,10 @@ __all__ = ["AdmissionCore"]
 _SLOT_RETRY_S = 0.05
 """When to ask again while every slot is held (a release wakes the host sooner)."""
 _MIN_RETRY_S = 0.005
+RECOVER_AFTER_S = 5.0
+"""Seconds without a refusal after which a cut share of an announced limit starts to recover."""
+RECOVERY = 0.001
+"""The cut share grows by this much of itself with each answer after that."""
 _HOLD_S = 1.0
 """Refusals this soon after a cut answer the old rate and cut nothing more."""
 
@@ -64,7 +68,7 @@ class AdmissionCore:
             scope = ScopeState(demand.scope, demand.provider, demand.model, learn=demand.learn)
             scope.safety = self._safety
             if demand.learn and demand.model is not None and demand.configured.rpm is None:
-                scope.window = demand.probe  # nothing known yet: probe
+                scope.window = 1  # nothing known yet: one request asks (see _learn)
             self._scopes[demand.scope] = scope
         if scope.configured_by.get(host) != demand.configured:
             scope.configured_by[host] = demand.configured
@@ -86,6 +90,10 @@ class AdmissionCore:
     def _learn(self, scope: ScopeState, demand: Demand, now: float) -> None:
         if demand.answered:
             scope.answers.add(now, demand.answered)
+            if scope.cut < 1.0 and now > scope.cut_at + RECOVER_AFTER_S:
+                # A followed share cut by refusals comes back while none come.
+                scope.cut = min(1.0, scope.cut * (1.0 + RECOVERY) ** min(demand.answered, 1000))
+                scope.reshape(now)
             if scope.adaptive is not None:
                 scope.adaptive.answered(demand.answered)
                 scope.reshape(now)
@@ -103,7 +111,10 @@ class AdmissionCore:
         if demand.refused:
             self._refused(scope, demand, now)
         if scope.window is not None and scope.learn and demand.answered:
-            # Slow start: the window grows by one per answer (doubling each round trip).
+            # A first answer without limit headers opens the window to the configured probe;
+            # then it grows by one per answer (doubling each round trip).
+            if demand.headerless and scope.announced is None:
+                scope.window = max(scope.window, demand.probe)
             scope.window += demand.answered
             if scope.window >= OPEN_WINDOW and scope.announced is None and scope.adaptive is None:
                 scope.window = None
@@ -112,6 +123,8 @@ class AdmissionCore:
         told = demand.announced
         assert told is not None
         first = scope.announced is None
+        if first:
+            scope.cut_at = now  # refusals of the probe's requests answer it, not this limit
         scope.announced = told
         scope.window = None  # the provider says its limit: no probing
         scope.adaptive = None

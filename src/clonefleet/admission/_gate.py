@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import itertools
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -45,13 +46,17 @@ class HostScope:
         self.limits, self.learn, self.probe = limits, learn, probe
         self.open = False
         """Nothing limits the scope (the limiter said so at the last sync)."""
-        self.queue: deque[tuple[int, asyncio.Future[None]]] = deque()
+        self.queue: deque[tuple[int, asyncio.Future[int], HostScope]] = deque()
+        """Each waiting request: its raw token estimate, what its admission answers (the
+        estimate charged), and the scope whose :attr:`ratio` scales the estimate."""
         self.in_flight = 0
         self.retry_at = 0.0
         self.origin = "1"
         """Tells this host's scopes of one name apart at the limiter."""
         self.told = False
         """A limit this scope's answers announced has reached the limiter."""
+        self.answers = 0
+        """Answers that taught :attr:`ratio`."""
         self.ratio = 1.0
         """Tokens answers used per token estimated (a moving average; a model's scope)."""
         self.release_at = 0.0
@@ -80,7 +85,9 @@ class HostScope:
             configured=self.limits,
             learn=self.learn,
             probe=self.probe,
-            want=tuple(estimate for estimate, _ in list(self.queue)[:MAX_WANT]),
+            want=tuple(
+                _scaled(raw, teacher) for raw, _, teacher in itertools.islice(self.queue, MAX_WANT)
+            ),
             release=self.release,
             tokens=self.tokens,
             overrun=self.overrun,
@@ -101,13 +108,18 @@ class HostScope:
         self.open = grant.open
         admitted = len(self.queue) if grant.open else grant.admitted
         while admitted and self.queue:
-            _, waiter = self.queue.popleft()
+            raw, waiter, teacher = self.queue.popleft()
             admitted -= 1
             if waiter.done():  # its clone stopped waiting: give the capacity back
                 self.release += 0 if grant.open else 1
                 continue
-            waiter.set_result(None)
+            waiter.set_result(_scaled(raw, teacher))
         self.retry_at = now + grant.retry_in_s
+
+
+def _scaled(raw: int, teacher: HostScope) -> int:
+    """A raw token estimate scaled by what answers taught (the same as the limiter was told)."""
+    return max(1, round(raw * teacher.ratio))
 
 
 def _least_left(old: Announced | None, new: Announced) -> Announced:
@@ -171,34 +183,38 @@ class HostGates:
         return scope
 
     async def admit(self, scopes: Sequence[HostScope], estimate: int) -> Ticket:
-        """Wait until every scope admits one request of ``estimate`` tokens."""
-        held = []
+        """Wait until every scope admits one request of ``estimate`` tokens (a raw estimate:
+        the last scope's :attr:`HostScope.ratio`, learned from answers, scales it)."""
+        held: list[bool] = []
+        teacher = scopes[-1]
+        charged = _scaled(estimate, teacher)
         try:
             for scope in scopes:
                 if scope.open:
                     scope.sent += 1
                     held.append(False)
                 else:
-                    await self._wait(scope, estimate)
+                    charged = await self._wait(scope, estimate, teacher)
                     held.append(True)
                 scope.in_flight += 1
         except BaseException:
-            self._done(Ticket(tuple(scopes[: len(held)]), tuple(held), estimate))
+            self._done(Ticket(tuple(scopes[: len(held)]), tuple(held), charged))
             raise
-        return Ticket(tuple(scopes), tuple(held), estimate)
+        return Ticket(tuple(scopes), tuple(held), charged)
 
-    async def _wait(self, scope: HostScope, estimate: int) -> None:
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        scope.queue.append((estimate, waiter))
+    async def _wait(self, scope: HostScope, estimate: int, teacher: HostScope) -> int:
+        waiter: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        entry = (estimate, waiter, teacher)
+        scope.queue.append(entry)
         self._wake()
         try:
-            await waiter
+            return await waiter
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 scope.release += 1  # admitted just as its clone stopped
             else:
                 with contextlib.suppress(ValueError):
-                    scope.queue.remove((estimate, waiter))
+                    scope.queue.remove(entry)
             raise
 
     def answered(self, ticket: Ticket, tokens: int, announced: Announced | None) -> None:

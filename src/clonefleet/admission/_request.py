@@ -64,7 +64,7 @@ class CandidateGate:
             ModelTimeout: no capacity before the deadline.
         """
         model = self.scopes[-1]
-        estimate = max(1, round(estimate_tokens(req) * model.ratio))
+        estimate = estimate_tokens(req)
         left = deadline - time.monotonic()
         try:
             async with asyncio.timeout(max(left, 0.0)):
@@ -81,7 +81,10 @@ class CandidateGate:
         model = self.scopes[-1]
         raw = estimate_tokens(req)
         if used > 0 and raw > 0:
-            model.ratio = 0.8 * model.ratio + 0.2 * (used / raw)
+            # The first answers set the ratio (a mean), later ones move it (a moving average).
+            model.answers += 1
+            weight = max(1.0 / model.answers, 0.2)
+            model.ratio = (1.0 - weight) * model.ratio + weight * (used / raw)
         self.gates.answered(ticket, used, announced_from(resp.limits, time.time()))
 
     def refused(self, ticket: Ticket, err: ModelHTTPError) -> None:

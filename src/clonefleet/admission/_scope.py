@@ -96,7 +96,7 @@ class Demand:
     """Which of the host's gates of this scope (one per config) it comes from."""
     configured: Limits = Limits()
     learn: bool = True
-    probe: int = 16
+    probe: int = 8
     """The probing window to start from (the config's ``admission.initial_in_flight``)."""
     want: tuple[int, ...] = ()
     """The token estimate of each request waiting, oldest first."""

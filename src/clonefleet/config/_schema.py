@@ -154,7 +154,7 @@ class AdmissionConfig(BaseModel):
     learn: bool = True
     """Follow the limits providers announce in their headers, and back off on refusals when
     they announce none (``False``: only configured limits apply)."""
-    initial_in_flight: int = Field(default=16, ge=1)
+    initial_in_flight: int = Field(default=8, ge=1)
     """Requests in flight fleet-wide to a model nothing is known about yet; the window doubles
     with each round of answers until the provider announces a limit or refuses one."""
     fail_over_groups: tuple[str, ...] = ()

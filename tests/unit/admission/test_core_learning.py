@@ -80,12 +80,18 @@ def test_an_announced_limit_is_ignored_when_the_scope_does_not_learn() -> None:
 def test_a_new_model_scope_probes_with_a_window_that_grows_by_one_per_answer() -> None:
     core = AdmissionCore()
     grant = sync(core, 0.0, probe=4, want=(1,) * 10)
-    assert grant.admitted == 4 and grant.slots and not grant.open
-    assert row(core, 0.0)["max_in_flight"] == 4 and row(core, 0.0)["source"] == "probing"
-    assert sync(core, 0.1, want=(1,) * 10).admitted == 0  # every slot of the window held
-    grant = sync(core, 0.2, probe=4, answered=3, release=3, want=(1,) * 10)
-    assert row(core, 0.2)["max_in_flight"] == 7
-    assert grant.admitted == 6  # 7 slots, 1 still held
+    first = grant.admitted
+    assert 1 <= first <= 4 and grant.slots and not grant.open  # no more than the probe at first
+    assert row(core, 0.0)["max_in_flight"] == first and row(core, 0.0)["source"] == "probing"
+    assert sync(core, 0.1, probe=4, want=(1,) * 10).admitted == 0  # every slot of the window held
+    # Answers without limit headers: the window is the probe at least, and one more per answer.
+    grant = sync(
+        core, 0.2, probe=4, answered=first, headerless=first, release=first, want=(1,) * 10
+    )
+    assert row(core, 0.2)["max_in_flight"] == 4 + first and grant.admitted == 4 + first
+    grant = sync(core, 0.3, probe=4, answered=3, headerless=3, release=3, want=(1,) * 10)
+    assert row(core, 0.3)["max_in_flight"] == 7 + first
+    assert grant.admitted == 6  # 3 more slots, and the 3 given back
 
 
 def test_the_window_opens_the_scope_past_open_window_without_refusal_or_headers() -> None:
@@ -93,7 +99,9 @@ def test_the_window_opens_the_scope_past_open_window_without_refusal_or_headers(
     now, held, grant = 0.0, 0, sync(core, 0.0, probe=16)
     while not grant.open:
         assert now < 60.0, "the window never opened"
-        grant = sync(core, now, probe=16, answered=held, release=held, want=(1,) * 2048)
+        grant = sync(
+            core, now, probe=16, answered=held, headerless=held, release=held, want=(1,) * 2048
+        )
         held = grant.admitted
         now += 0.5
     seen = row(core, now)
@@ -134,7 +142,7 @@ def test_refusals_without_headers_set_a_learned_rate_from_the_answers_measured()
     core, answers = AdmissionCore(), Meter()
     sync(core, 100.0, probe=64, want=(1,) * 30)
     for now in (100.2, 101.0, 101.4):
-        sync(core, now, probe=64, answered=10, release=10, want=(1,) * 10)
+        sync(core, now, probe=64, answered=10, headerless=10, release=10, want=(1,) * 10)
         answers.add(now, 10)
     sync(core, 101.5, probe=64, refused=1, release=1)
     measured = answers.recent_per_minute(101.5, 2)
@@ -236,7 +244,7 @@ def test_a_refusal_when_the_scope_does_not_learn_pauses_but_cuts_nothing() -> No
 def test_a_learned_rate_grows_with_each_answer() -> None:
     core = AdmissionCore()
     sync(core, 10.0, probe=8, want=(1,) * 8)
-    sync(core, 10.5, answered=8, release=8)
+    sync(core, 10.5, answered=8, headerless=8, release=8)
     sync(core, 11.0, refused=1)
     learned = row(core, 11.0)["rpm_limit"]
     assert isinstance(learned, float)

@@ -220,7 +220,11 @@ async def test_a_limit_heard_in_an_answer_reaches_the_limiter_at_once_least_left
     limiter = Limiter(clock)
     gates = HostGates("h", limiter, clock=clock)
     model = gates.scope("p@x/m", "p", "m", Limits(), True, 4)
-    first, second, third = await admit_all(gates, (model,), 3)
+    (probe,) = await admit_all(gates, (model,), 1)  # one request asks first
+    gates.answered(probe, 10, None)  # no headers: the window opens to the probe of 4
+    (asks,) = await admit_all(gates, (model,), 1)
+    gates.answered(asks, 10, None)  # no limit headers: the probe's window opens
+    first, second, third = await asyncio.wait_for(admit_all(gates, (model,), 3), 3.0)
     assert limiter.core.snapshot(clock())[0]["source"] == "probing"
     calls = limiter.calls
     # Two answers before the next sync: the one that saw less left is what the limiter hears.
@@ -248,3 +252,27 @@ async def test_aclose_ends_the_sync_task_even_just_after_an_answer_kicked_it(rem
     gates.answered(first, 5, None)  # wakes the sync task ...
     closing = asyncio.create_task(gates.aclose())  # ... as the host closes
     await until(closing.done, within_s=2.0)
+
+
+async def test_a_scope_added_while_the_limiter_answers_stops_nothing() -> None:
+    clock = FakeClock()
+    limiter = Limiter(clock)
+    answering = asyncio.Event()
+    answering.set()
+
+    async def slow(who: str, demands: list[Demand]) -> list[Grant]:
+        await answering.wait()
+        return await limiter(who, demands)
+
+    gates = HostGates("h", slow, clock=clock)
+    scope = slots(gates, 1)
+    (first,) = await admit_all(gates, (scope,), 1)
+    answering.clear()  # the next sync's answer is on its way ...
+    waits = asyncio.create_task(gates.admit((scope,), 1))
+    await asyncio.sleep(0.01)
+    gates.scope("p@x/new", "p", "new", Limits(max_in_flight=2), False, 16)  # ... a clone starts
+    answering.set()
+    await asyncio.sleep(0.01)
+    gates.answered(first, 5, None)  # its slot comes free: the waiting request must get it
+    await asyncio.wait_for(waits, 3.0)
+    await gates.aclose()
