@@ -262,3 +262,37 @@ def test_a_scope_unused_for_long_is_forgotten_and_learned_again() -> None:
     assert core.snapshot(311.0) == []
     sync(core, 312.0, probe=4)
     assert row(core, 312.0)["source"] == "probing"  # nothing known: it probes again
+
+
+def test_one_request_asks_first_and_an_answer_with_headers_skips_the_probe() -> None:
+    core = AdmissionCore()
+    assert sync(core, 0.0, probe=8, want=(1,) * 10).admitted == 1
+    assert sync(core, 0.1, probe=8, want=(1,) * 10).admitted == 0  # it waits for its answer
+    told = Announced(rpm=600, requests_left=599)
+    grant = sync(core, 0.2, probe=8, answered=1, release=1, announced=told, want=(1,) * 10)
+    seen = row(core, 0.2)
+    assert seen["source"] == "headers" and seen["max_in_flight"] is None
+    assert grant.admitted == 4  # a burst of 570 rpm, not a probe's window
+
+
+def test_refusals_just_after_the_first_announce_answer_the_probe_and_cut_nothing() -> None:
+    core = AdmissionCore(safety=0.95)
+    sync(core, 0.0, answered=1, announced=Announced(rpm=1200))
+    sync(core, 0.5, refused=2)  # requests the probe sent before the limit was known
+    assert row(core, 0.5)["rpm_limit"] == 1140.0
+    sync(core, 1.5, refused=1)
+    assert row(core, 1.5)["rpm_limit"] == pytest.approx(1140 * 0.85, abs=0.05)
+
+
+def test_a_cut_share_recovers_while_no_refusal_comes_but_not_beyond_the_limit() -> None:
+    core = AdmissionCore(safety=0.95)
+    sync(core, 0.0, answered=1, announced=Announced(rpm=1200))
+    sync(core, 2.0, refused=1)
+    cut = 1140 * 0.85
+    sync(core, 4.0, answered=100)  # too soon after the refusal: nothing comes back
+    assert row(core, 4.0)["rpm_limit"] == pytest.approx(cut, abs=0.05)
+    sync(core, 8.0, answered=100)
+    assert row(core, 8.0)["rpm_limit"] == pytest.approx(cut * 1.001**100, abs=0.05)
+    for k in range(10):
+        sync(core, 9.0 + k, answered=1000)
+    assert row(core, 20.0)["rpm_limit"] == 1140.0

@@ -3,6 +3,7 @@ header sets, and admission within a deadline."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -131,4 +132,22 @@ async def test_answers_teach_the_gate_how_many_tokens_a_request_uses() -> None:
     assert ticket.estimate == 82
     gate.abandoned(ticket)
     assert scope.in_flight == 0
+    await gates.aclose()
+
+
+async def test_a_waiting_request_is_charged_what_answers_taught_by_the_time_it_goes() -> None:
+    gates = HostGates("h", None)
+    scope = gates.scope("p@x/m", "p", "m", Limits(max_in_flight=1), False, 16)
+    gate = CandidateGate(gates, (scope,))
+    req = request("x" * 400)  # estimated at 164 tokens
+    first = await gate.admit(req, time.monotonic() + 1.0)
+    assert first.estimate == 164
+    second = asyncio.create_task(gate.admit(req, time.monotonic() + 3.0))
+    await asyncio.sleep(0.01)
+    assert not second.done()
+    gate.answered(first, reply("ok", tokens=41), req)  # the first answer used half: 82
+    assert scope.ratio == 0.5  # the first answer sets the ratio
+    ticket = await asyncio.wait_for(second, 3.0)
+    assert ticket.estimate == 82
+    gate.abandoned(ticket)
     await gates.aclose()
