@@ -278,6 +278,24 @@ async def test_a_scope_added_while_the_limiter_answers_stops_nothing() -> None:
     await gates.aclose()
 
 
+async def test_a_request_cancelled_at_its_second_scope_gives_the_first_one_s_slot_back() -> None:
+    clock = FakeClock()
+    gates = HostGates("h", Limiter(clock), clock=clock)
+    provider = slots(gates, 1)
+    model = gates.scope("p@x/m", "p", "m", Limits(max_in_flight=1), False, 16)
+    (holder,) = await admit_all(gates, (model,), 1)  # the model's one slot is taken
+    stuck = asyncio.create_task(gates.admit((provider, model), 1))
+    await until(lambda: provider.in_flight == 1 and len(model.queue) == 1)
+    stuck.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await stuck
+    assert provider.in_flight == 0 and not model.queue
+    (alone,) = await asyncio.wait_for(admit_all(gates, (provider,), 1), 3.0)  # its slot is back
+    gates.abandoned(alone)
+    gates.abandoned(holder)
+    await gates.aclose()
+
+
 @pytest.mark.xfail(
     reason="known, told to the lead: slots released in a sync the fleet's limiter missed stay "
     "held there for good (the host's own limiter heard the release instead)",
