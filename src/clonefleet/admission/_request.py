@@ -65,6 +65,8 @@ class CandidateGate:
         """
         model = self.scopes[-1]
         estimate = estimate_tokens(req)
+        if all(scope.open for scope in self.scopes):
+            return await self.gates.admit(self.scopes, estimate)  # goes at once: no timer
         left = deadline - time.monotonic()
         try:
             async with asyncio.timeout(max(left, 0.0)):

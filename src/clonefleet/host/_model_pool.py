@@ -21,7 +21,22 @@ from clonefleet.clone import (
 from clonefleet.config import Config, ModelConfig, ProviderConfig
 from clonefleet.providers import Model, SimBrain, SimScript, SimulatedModel
 
-__all__ = ["ProviderPool"]
+__all__ = ["ProviderPool", "is_gated"]
+
+
+def is_gated(config: Config) -> bool:
+    """Whether any model of ``config`` passes admission (so its batch needs the limiter)."""
+    for name in config.models:
+        _, model, provider = config.resolve_model(name)
+        sim = provider.simulated
+        refuses = provider.kind != "simulated" or bool(sim.rpm or sim.tpm or sim.rate_429)
+        limited = any(
+            v is not None
+            for v in (model.rpm, model.tpm, model.max_in_flight, provider.rpm, provider.tpm)
+        )
+        if (config.admission.learn and refuses) or limited or provider.max_in_flight:
+            return True
+    return False
 
 
 class ProviderPool:

@@ -21,12 +21,13 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from clonefleet import control as api
-from clonefleet.admission.remote import admission_snapshot
+from clonefleet.admission.remote import admission_snapshot, get_or_create_admission
 from clonefleet.clone import state_of
 from clonefleet.cluster import NAMESPACE, SCHEDULER_NAME, read_state, state_dir, tune_collector
 from clonefleet.config import DurabilityConfig, LimitsConfig
 from clonefleet.control import Seconds
 from clonefleet.errors import ClusterError, UsageError
+from clonefleet.host import is_gated
 from clonefleet.host.remote import CloneHost
 from clonefleet.inbox import InboxLimits
 from clonefleet.inbox.remote import INBOX_NAME, get_or_create_inbox
@@ -90,6 +91,7 @@ class SchedulerActor:
         self._journal_dir = str(Path(chosen).expanduser() if chosen else _cluster_journal())
         self._core: SchedulerCore | None = None
         self._restored: dict[str, int] = {}
+        self._limiter_started = False
         self._housekeeping: asyncio.Task[None] | None = None
         # A scheduler Ray restarted resumes its journal's unfinished jobs at once, without
         # waiting for a client to call: it calls itself.
@@ -156,12 +158,16 @@ class SchedulerActor:
         journal, so the batch is pickled once, by the client."""
         core = self._c()
         self._refresh_nodes()  # a batch sizes its hosts from the cluster as it is now
+        blob = None
         if isinstance(sub, bytes):
             blob, sub = sub, cloudpickle.loads(sub)
             if not isinstance(sub, BatchSubmission):
                 raise UsageError("submit takes a batch submission")
-            return await core.submit(sub, blob)
-        return await core.submit(sub)
+        if not self._limiter_started and is_gated(sub.config):
+            # Its process starts while the batch's hosts do; their first requests wait for it.
+            get_or_create_admission()
+            self._limiter_started = True
+        return await core.submit(sub, blob) if blob is not None else await core.submit(sub)
 
     async def warm_ready(self) -> int:
         return await self._c().warm_ready()

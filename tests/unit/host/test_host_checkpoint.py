@@ -29,7 +29,7 @@ class _Pool:
     def __init__(self, models: dict[str, Any]) -> None:
         self.models = models
 
-    def failover_for(self, spec, on_failover=None) -> FailoverModel:
+    def failover_for(self, spec, on_failover=None, on_rate_limited=None) -> FailoverModel:
         model = self.models[spec.job_id]
         return FailoverModel([Candidate(key="fake", wire_name="fake", model=model)])
 

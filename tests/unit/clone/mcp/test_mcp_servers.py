@@ -97,7 +97,9 @@ class _Pool:
     def __init__(self, model: Callable[[], Any]) -> None:
         self.model = model
 
-    def failover_for(self, spec: Any, on_failover: Any = None) -> FailoverModel:
+    def failover_for(
+        self, spec: Any, on_failover: Any = None, on_rate_limited: Any = None
+    ) -> FailoverModel:
         return FailoverModel([Candidate(key="fake", wire_name="fake", model=self.model())])
 
 
