@@ -3,6 +3,9 @@ the rows of its snapshot (docs/rate-limits.md)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from clonefleet.admission import OPEN_WINDOW, AdmissionCore, Announced, Demand, Grant, Limits, Meter
@@ -296,3 +299,13 @@ def test_a_cut_share_recovers_while_no_refusal_comes_but_not_beyond_the_limit() 
     for k in range(10):
         sync(core, 9.0 + k, answered=1000)
     assert row(core, 20.0)["rpm_limit"] == 1140.0
+
+
+def test_the_snapshot_fields_are_those_docs_json_md_documents() -> None:
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "json.md").read_text(encoding="utf-8")
+    table = doc[doc.index("| `scope` |") :]
+    table = table[: table.index("\n\n")]
+    documented = set()
+    for line in table.splitlines():
+        documented.update(re.findall(r"`(\w+)`", line.split(" | ")[0]))
+    assert documented == SNAPSHOT_FIELDS
