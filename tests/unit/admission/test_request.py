@@ -151,3 +151,17 @@ async def test_a_waiting_request_is_charged_what_answers_taught_by_the_time_it_g
     assert ticket.estimate == 82
     gate.abandoned(ticket)
     await gates.aclose()
+
+
+async def test_an_open_scope_admits_at_once_whatever_the_deadline() -> None:
+    gates = HostGates("h", None)
+    scope = gates.scope("p@x/m", "p", "m", Limits(), False, 16)
+    gate = CandidateGate(gates, (scope,), max_wait_s=0.05)
+    first = await gate.admit(request("hi"), time.monotonic() + 1.0)  # asks: nothing limits it
+    assert scope.open and first.held == (True,)
+    late = await gate.admit(request("hi"), time.monotonic() - 1.0)  # past its deadline
+    assert late.held == (False,)
+    gate.abandoned(first)
+    gate.abandoned(late)
+    assert scope.in_flight == 0
+    await gates.aclose()
