@@ -30,6 +30,8 @@ SyncSource = Callable[[str, list[Demand]], Awaitable[list[Grant]]]
 
 REPORT_EVERY_S = 1.0
 """How often a host reports what its open scopes saw."""
+FLEET_RETRY_S = 1.0
+"""After a sync the fleet's limiter did not answer, it is asked again no sooner than this."""
 RELEASE_AFTER_S = 0.02
 """Slots a host no longer needs go back this soon (released together)."""
 MAX_WANT = 512
@@ -66,7 +68,7 @@ class HostScope:
     def _reset(self) -> None:
         self.urgent = False
         """Sync now, whatever the scope waits for: a refusal, or a first limit heard."""
-        self.release = self.answered = self.headerless = self.refused = 0
+        self.release = self.answered = self.headerless = self.refused = self.owed = 0
         self.tokens = self.overrun = self.sent = 0
         self.retry_after_s: float | None = None
         self.announced: Announced | None = None
@@ -88,7 +90,7 @@ class HostScope:
             want=tuple(
                 _scaled(raw, teacher) for raw, _, teacher in itertools.islice(self.queue, MAX_WANT)
             ),
-            release=self.release,
+            release=self.release + self.owed,
             tokens=self.tokens,
             overrun=self.overrun,
             sent=self.sent,
@@ -168,6 +170,8 @@ class HostGates:
         self._kick: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._synced_at = 0.0
+        self._retry_fleet_at = 0.0
+        """Until then, after a failed sync, the host's own limiter answers without asking."""
         self.degraded = False
         """The limiter could not be reached at the last sync: the host's own one answered."""
 
@@ -312,14 +316,20 @@ class HostGates:
             return
         self._synced_at = self._clock()
         grants: list[Grant] | None = None
-        if self._source is not None:
+        if self._source is not None and self._synced_at >= self._retry_fleet_at:
             try:
                 grants = await self._source(self.host_id, demands)
                 self.degraded = False
             except Exception:  # the limiter is unreachable: the host's own answers
                 self.degraded = True
+                self._retry_fleet_at = self._clock() + FLEET_RETRY_S
         if grants is None:
             grants = self._own.sync(self.host_id, demands, self._clock())
+            if self._source is not None:
+                # The fleet's limiter still counts these slots as held: it hears of their
+                # release at the next sync it answers.
+                for scope, demand in zip(scopes, demands, strict=True):
+                    scope.owed += demand.release
         now = self._clock()
         for scope, grant in zip(scopes, grants, strict=True):
             scope.grant(grant, now)
