@@ -15,6 +15,7 @@ ClonefleetError
 ├── ModelError           a provider failed
 │   ├── ModelHTTPError   HTTP status from the provider (status, retry_after_s)
 │   ├── ModelTimeout     connect/read/overall deadline passed
+│   │   └── CapacityTimeout  no capacity under the rate limits within admission.max_wait_s
 │   ├── ModelBehaviorError  malformed response or tool call
 │   └── AllModelsFailed  every candidate of a group failed; lists each last failure
 ├── ClusterError         cannot start/connect/place
@@ -30,6 +31,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
+    "CapacityTimeout",
     "AllModelsFailed",
     "ClonefleetError",
     "ClusterError",
@@ -195,6 +197,11 @@ class ModelTimeout(ModelError):
     """Connecting, reading or the overall request deadline timed out."""
 
     transient = True
+
+
+class CapacityTimeout(ModelTimeout):
+    """A request waited for capacity under its provider's rate limits longer than the config's
+    ``admission.max_wait_s`` (docs/rate-limits.md)."""
 
 
 class ModelBehaviorError(ModelError):

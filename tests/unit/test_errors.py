@@ -22,6 +22,7 @@ SAMPLES = [
     errors.ModelError("provider failed"),
     errors.ModelHTTPError(429, "slow down", 1.5, False),
     errors.ModelTimeout("deadline passed"),
+    errors.CapacityTimeout("no capacity within 900s"),
     errors.ModelBehaviorError("not json"),
     errors.AllModelsFailed({"a": "HTTP 503", "b": "timeout"}),
     errors.ClusterError("no ray"),

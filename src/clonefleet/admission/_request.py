@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from clonefleet.admission._gate import HostGates, HostScope, Ticket
 from clonefleet.admission._scope import Announced
-from clonefleet.errors import ModelHTTPError, ModelTimeout
+from clonefleet.errors import CapacityTimeout, ModelHTTPError
 from clonefleet.providers import LimitReport, ModelRequest, ModelResponse
 
 __all__ = ["CandidateGate", "announced_from", "estimate_tokens"]
@@ -61,7 +61,7 @@ class CandidateGate:
         """Wait for capacity for ``req`` until ``deadline`` (``time.monotonic()``).
 
         Raises:
-            ModelTimeout: no capacity before the deadline.
+            CapacityTimeout: no capacity before the deadline.
         """
         model = self.scopes[-1]
         estimate = estimate_tokens(req)
@@ -72,7 +72,7 @@ class CandidateGate:
             async with asyncio.timeout(max(left, 0.0)):
                 return await self.gates.admit(self.scopes, estimate)
         except TimeoutError:
-            raise ModelTimeout(
+            raise CapacityTimeout(
                 f"no capacity at {model.provider!r} for model {req.model!r} within "
                 f"{self.max_wait_s:g}s (admission.max_wait_s): the provider's rate limit "
                 "is used up"

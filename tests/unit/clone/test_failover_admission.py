@@ -189,7 +189,7 @@ async def test_no_capacity_within_max_wait_fails_with_a_timeout_naming_the_setti
         await fleet.failover(cands).request(REQ)
     assert "admission.max_wait_s" in info.value.failures["m0"] and model.calls == []
     cause = info.value.cause
-    assert cause is not None and cause["candidates"][0]["error_type"] == "ModelTimeout"
+    assert cause is not None and cause["candidates"][0]["error_type"] == "CapacityTimeout"
     assert cause["waited_s"] > 0
     for ticket in held:
         gate.abandoned(ticket)
