@@ -172,6 +172,8 @@ class AdmissionCore:
             scope.paused_until = -math.inf
         slot_limit = scope.slot_limit()
         if scope.open:
+            if want:
+                scope.sent.add(now, len(want))
             return Grant(scope.name, len(want), open=True)
         if now < scope.paused_until:
             return Grant(scope.name, 0, retry_in_s=scope.paused_until - now, slots=True)
