@@ -137,7 +137,7 @@ GROWTH = 0.0005
 requests a second): slowly, since a provider's burst hides an excess for a while."""
 SEEK_GROWTH = 0.05
 """Growth per answer while a learned rate is first sought."""
-MEASURED_SHARE = 0.9
+MEASURED_SHARE = 0.97
 """A learned rate is set to this share of the answers measured while refusals come."""
 
 
