@@ -4,6 +4,7 @@ hundred MB, whatever single C-level call it aims at; ordinary templates still re
 
 from __future__ import annotations
 
+import gc
 import time
 import tracemalloc
 from typing import Any
@@ -298,7 +299,15 @@ LEGIT: dict[str, tuple[str, str]] = {
 
 @pytest.mark.parametrize(("source", "expected"), list(LEGIT.values()), ids=list(LEGIT))
 def test_a_legitimate_template_still_renders(source: str, expected: str) -> None:
-    assert _render(source) == expected
+    # The render budget is wall time. What the earlier tests of the session left on the heap is
+    # frozen out of the collector: a full collection of it (after the Ray tests, about 0.6 s
+    # here) is not the template's time, which is still measured with what it allocates.
+    gc.collect()
+    gc.freeze()
+    try:
+        assert _render(source) == expected
+    finally:
+        gc.unfreeze()
 
 
 # ---- the size bounds themselves ----------------------------------------------------------------
