@@ -3,6 +3,7 @@ included), for ``benchmarks/fanout.py``. Processes it started are gone when it r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -49,7 +50,8 @@ def _reap_session(sid: int, timeout_s: float = 30.0) -> int:
 def run_session(
     cmd: list[str], *, cwd: str | Path, env: dict[str, str], timeout_s: float
 ) -> tuple[subprocess.Popen[str], str, str, bool, float]:
-    """Run ``cmd`` in a session of its own; past ``timeout_s`` its process group is killed.
+    """Run ``cmd`` in a session of its own; past ``timeout_s``, or on any exception here
+    (KeyboardInterrupt too), its process group is killed.
 
     Returns the process, its stdout and stderr, whether it timed out, and its wall seconds.
     """
@@ -64,12 +66,18 @@ def run_session(
         start_new_session=True,
     )
     try:
-        out, err = proc.communicate(timeout=timeout_s)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=30)
-        timed_out = True
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate(timeout=30)
+            timed_out = True
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        _reap_session(proc.pid, timeout_s=5)
+        raise
     return proc, out, err, timed_out, time.perf_counter() - p0
 
 

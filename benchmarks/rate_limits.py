@@ -45,7 +45,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from _fanout_cold import PROMPT, _reap_session
+from _fanout_cold import PROMPT, _reap_session, run_session
 
 _READY = "serving simulated provider on "
 _SCRIPT = {
@@ -118,33 +118,9 @@ class SimProvider:
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout_s: float) -> tuple[Any, ...]:
-    """Run ``cmd`` in a session of its own: ``(exit status, stdout, stderr, timed out, wall s,
-    processes of its session left over and killed)``. Past ``timeout_s``, or on any exception
-    here (KeyboardInterrupt too), its session is killed."""
-    p0 = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd,
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    timed_out = False
-    try:
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, err = proc.communicate(timeout=30)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        _reap_session(proc.pid, timeout_s=5)
-        raise
-    wall = time.perf_counter() - p0
+    """Run ``cmd`` in a session of its own (:func:`run_session`): ``(exit status, stdout,
+    stderr, timed out, wall s, processes of its session left over and killed)``."""
+    proc, out, err, timed_out, wall = run_session(cmd, cwd=cwd, env=env, timeout_s=timeout_s)
     return proc.returncode, out, err, timed_out, wall, _reap_session(proc.pid)
 
 
