@@ -33,11 +33,11 @@ from clonefleet.providers._rate_headers import is_rate_limited as is_rate_limite
 from clonefleet.providers._rate_headers import rate_limit_kind as rate_limit_kind
 from clonefleet.providers._rate_headers import read_limits as read_limits
 from clonefleet.providers._rate_headers import retry_after_s as retry_after_s
-from clonefleet.providers._sim import SimBrain as SimBrain
-from clonefleet.providers._sim import SimScript as SimScript
-from clonefleet.providers._sim import SimStep as SimStep
-from clonefleet.providers._sim import SimulatedModel as SimulatedModel
-from clonefleet.providers._sim_limits import SimLimits as SimLimits
+from clonefleet.providers.sim._limits import SimLimits as SimLimits
+from clonefleet.providers.sim._model import SimBrain as SimBrain
+from clonefleet.providers.sim._model import SimScript as SimScript
+from clonefleet.providers.sim._model import SimStep as SimStep
+from clonefleet.providers.sim._model import SimulatedModel as SimulatedModel
 
 if TYPE_CHECKING:
     from clonefleet.providers._anthropic import AnthropicModel as AnthropicModel
@@ -54,13 +54,13 @@ if TYPE_CHECKING:
     from clonefleet.providers._openai import OpenAIModel as OpenAIModel
     from clonefleet.providers._openai import openai_payload as openai_payload
     from clonefleet.providers._openai import openai_response as openai_response
-    from clonefleet.providers._simserver import SIM_SERVER as SIM_SERVER
-    from clonefleet.providers._simserver import SimServer as SimServer
-    from clonefleet.providers._simserver import serve_main as serve_main
-    from clonefleet.providers._simserver import start_server as start_server
     from clonefleet.providers._transport import HTTPProvider as HTTPProvider
     from clonefleet.providers._transport import error_type as error_type
     from clonefleet.providers._transport import make_client as make_client
+    from clonefleet.providers.sim._server import SIM_SERVER as SIM_SERVER
+    from clonefleet.providers.sim._server import SimServer as SimServer
+    from clonefleet.providers.sim._server import serve_main as serve_main
+    from clonefleet.providers.sim._server import start_server as start_server
 
 _LAZY = {
     "AnthropicModel": "_anthropic",
@@ -75,10 +75,10 @@ _LAZY = {
     "OpenAIModel": "_openai",
     "openai_payload": "_openai",
     "openai_response": "_openai",
-    "SIM_SERVER": "_simserver",
-    "SimServer": "_simserver",
-    "serve_main": "_simserver",
-    "start_server": "_simserver",
+    "SIM_SERVER": "sim._server",
+    "SimServer": "sim._server",
+    "serve_main": "sim._server",
+    "start_server": "sim._server",
     "HTTPProvider": "_transport",
     "error_type": "_transport",
     "make_client": "_transport",

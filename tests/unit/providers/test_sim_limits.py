@@ -14,7 +14,7 @@ from clonefleet.providers import (
     SimScript,
     SimulatedModel,
 )
-from clonefleet.providers._sim_limits import (
+from clonefleet.providers.sim._limits import (
     DEFAULT_ANSWER_TOKENS,
     Admission,
     SimLimiter,

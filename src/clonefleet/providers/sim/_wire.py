@@ -1,6 +1,6 @@
 """The two wire formats of the simulated HTTP server: OpenAI chat completions and the Anthropic
 Messages API, each as request parsing (with the checks a real server makes), response rendering
-and error bodies. The server in ``_simserver`` picks one :class:`Wire` per endpoint.
+and error bodies. The server in ``_server`` picks one :class:`Wire` per endpoint.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from clonefleet.providers._protocol import (
     ToolCall,
     ToolSpec,
 )
-from clonefleet.providers._sim import sim_error_type
-from clonefleet.providers._sim_limits import (
+from clonefleet.providers.sim._limits import (
     Admission,
     anthropic_limit_headers,
     go_duration,
     openai_limit_headers,
 )
+from clonefleet.providers.sim._model import sim_error_type
 
 MODEL_IDS = ("sim-small", "sim-large")
 """The models the server lists; a request naming none is answered as the first."""

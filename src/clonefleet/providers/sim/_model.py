@@ -26,7 +26,7 @@ from clonefleet.config import printable, read_regular_file, safe_load_yaml, yaml
 from clonefleet.errors import ConfigError, ModelBehaviorError, ModelHTTPError, ModelTimeout
 from clonefleet.providers._protocol import ModelRequest, ModelResponse, Role, ToolCall, Usage
 from clonefleet.providers._rate_headers import LimitReport, read_limits
-from clonefleet.providers._sim_limits import (
+from clonefleet.providers.sim._limits import (
     SimLimiter,
     SimLimits,
     openai_limit_headers,

@@ -33,9 +33,9 @@ from aiohttp import web
 from clonefleet.errors import ConfigError, UsageError
 from clonefleet.providers._bounded_json import loads_bounded
 from clonefleet.providers._protocol import ModelRequest
-from clonefleet.providers._sim import SimBrain, SimScript, SimStep, step_to_response
-from clonefleet.providers._sim_limits import SimLimiter, SimLimits, request_cost
-from clonefleet.providers._simwire import ANTHROPIC, MODEL_IDS, OPENAI, Wire, html_page
+from clonefleet.providers.sim._limits import SimLimiter, SimLimits, request_cost
+from clonefleet.providers.sim._model import SimBrain, SimScript, SimStep, step_to_response
+from clonefleet.providers.sim._wire import ANTHROPIC, MODEL_IDS, OPENAI, Wire, html_page
 
 __all__ = ["SIM_SERVER", "SimServer", "serve_main", "start_server"]
 
