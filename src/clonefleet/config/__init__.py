@@ -39,11 +39,13 @@ from clonefleet.config._schema import DiscoveryConfig as DiscoveryConfig
 from clonefleet.config._schema import DurabilityConfig as DurabilityConfig
 from clonefleet.config._schema import LimitsConfig as LimitsConfig
 from clonefleet.config._schema import ModelConfig as ModelConfig
+from clonefleet.config._schema import Price as Price
 from clonefleet.config._schema import PriceConfig as PriceConfig
 from clonefleet.config._schema import ProviderConfig as ProviderConfig
 from clonefleet.config._schema import SimulatedOptions as SimulatedOptions
 from clonefleet.config._schema import price_per_token as price_per_token
 from clonefleet.config._schema import provider_route as provider_route
+from clonefleet.config._schema import token_cost as token_cost
 from clonefleet.config._schema import usage_cost as usage_cost
 from clonefleet.config._trust_needs import TrustKind as TrustKind
 from clonefleet.config._trust_needs import TrustNeed as TrustNeed
@@ -103,7 +105,9 @@ __all__ = [
     "mcp_need",
     "needs_trust",
     "printable",
+    "Price",
     "price_per_token",
+    "token_cost",
     "provider_change",
     "provider_route",
     "read_regular_file",

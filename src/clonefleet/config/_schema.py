@@ -103,6 +103,10 @@ class PriceConfig(BaseModel):
     model_config = _STRICT
     input_per_mtok: float = Field(ge=0.0, allow_inf_nan=False)
     output_per_mtok: float = Field(ge=0.0, allow_inf_nan=False)
+    cached_input_per_mtok: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
+    """Input tokens read from the provider's prompt cache; unset: ``input_per_mtok``."""
+    cache_write_per_mtok: float | None = Field(default=None, ge=0.0, allow_inf_nan=False)
+    """Input tokens written to the provider's prompt cache; unset: ``input_per_mtok``."""
 
 
 class ModelConfig(BaseModel):
@@ -354,22 +358,44 @@ def provider_route(entry: ProviderConfig) -> tuple[str, str | None] | None:
     return entry.base_url or "", entry.api_key_env or None
 
 
-def price_per_token(config: Config, model: str | None) -> tuple[float, float] | None:
-    """Dollars per input and per output token of ``model`` (a model key or alias), or ``None``
-    when the config does not know the model or gives it no ``price``."""
+Price = tuple[float, float, float, float]
+"""Dollars per token: plain input, output, input read from the prompt cache, input written to it."""
+
+
+def price_per_token(config: Config, model: str | None) -> Price | None:
+    """Dollars per token of ``model`` (a model key or alias), or ``None`` when the config does not
+    know the model or gives it no ``price``. Cache reads and writes cost as plain input unless
+    their own prices are set."""
     if model is None:
         return None
     try:
         _, entry, _ = config.resolve_model(model)
     except ConfigError:
         return None
-    if entry.price is None:
+    price = entry.price
+    if price is None:
         return None
-    return entry.price.input_per_mtok / 1e6, entry.price.output_per_mtok / 1e6
+    plain = price.input_per_mtok / 1e6
+    read = price.cached_input_per_mtok
+    write = price.cache_write_per_mtok
+    return (
+        plain,
+        price.output_per_mtok / 1e6,
+        plain if read is None else read / 1e6,
+        plain if write is None else write / 1e6,
+    )
+
+
+def token_cost(price: Price, tin: int, tout: int, read: int = 0, write: int = 0) -> float:
+    """What ``tin`` input tokens (``read`` of them read from the prompt cache, ``write`` of them
+    written to it) and ``tout`` output tokens cost at ``price``."""
+    plain = max(tin - read - write, 0)
+    return plain * price[0] + tout * price[1] + read * price[2] + write * price[3]
 
 
 def usage_cost(config: Config, model: str | None, usage: Mapping[str, int]) -> float | None:
-    """What ``usage`` (``input_tokens``, ``output_tokens``) on ``model`` cost in US dollars.
+    """What ``usage`` (``input_tokens``, ``output_tokens``, ``cache_read_tokens``,
+    ``cache_write_tokens``) on ``model`` cost in US dollars.
 
     ``model`` is a model key or alias, as a run record's ``model`` field names it. ``None`` when
     the model is unknown or has no ``price`` in config.
@@ -377,4 +403,10 @@ def usage_cost(config: Config, model: str | None, usage: Mapping[str, int]) -> f
     price = price_per_token(config, model)
     if price is None:
         return None
-    return usage.get("input_tokens", 0) * price[0] + usage.get("output_tokens", 0) * price[1]
+    return token_cost(
+        price,
+        usage.get("input_tokens", 0),
+        usage.get("output_tokens", 0),
+        usage.get("cache_read_tokens", 0),
+        usage.get("cache_write_tokens", 0),
+    )

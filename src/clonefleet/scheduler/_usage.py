@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clonefleet.config import Config, price_per_token
+from clonefleet.config import Config, Price, price_per_token
 from clonefleet.scheduler._state import JobRecord, known_cost
 
 __all__ = [
@@ -27,8 +27,6 @@ __all__ = [
 ]
 
 TOKEN_KEYS = ("input_tokens", "output_tokens", "total_tokens")
-Price = tuple[float, float]
-"""Dollars per input token and per output token."""
 _UNSEEN: Any = object()
 _NONE: tuple[str, ...] = ()
 
