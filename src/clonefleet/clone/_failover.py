@@ -23,6 +23,7 @@ from clonefleet.providers import Model, ModelRequest, ModelResponse
 
 __all__ = [
     "CAUSE_MESSAGE_LIMIT",
+    "LENGTH_WARNING",
     "Candidate",
     "FailoverModel",
     "OnRateLimited",
@@ -33,6 +34,8 @@ __all__ = [
 
 CAUSE_MESSAGE_LIMIT = 300
 """Characters kept of a provider's error message in a failure's ``cause``."""
+LENGTH_WARNING = "the model's answer stopped at its max_tokens limit"
+"""A run's warning, after ``turn N: ``, when an answer stopped for length (once per run)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,6 +54,10 @@ class Candidate:
     """Overall deadline of one attempt, in seconds."""
     gate: CandidateGate | None = None
     """The fleet-wide admission its requests pass (``None``: none, they go at once)."""
+    max_tokens: int | None = None
+    """The cap on each answer's tokens (``models.<name>.max_tokens``): sent to the provider,
+    or the request's own when that is smaller (``None``: the request's, else the wire's
+    default)."""
 
 
 def backoff_s(
@@ -223,6 +230,7 @@ class FailoverModel:
                 model=cand.key,
                 refusal=resp.refusal,
                 limits=resp.limits,
+                truncated=resp.truncated,
             )
         raise AllModelsFailed(failures, failure_cause(tries))
 
@@ -231,7 +239,7 @@ class FailoverModel:
             model=cand.wire_name,
             messages=req.messages,
             tools=req.tools,
-            max_tokens=req.max_tokens,
+            max_tokens=_cap(req.max_tokens, cand.max_tokens),
             metadata=req.metadata,
         )
         gate = cand.gate
@@ -300,6 +308,13 @@ class FailoverModel:
             else:
                 gate.abandoned(ticket)
         return err
+
+
+def _cap(asked: int | None, model_cap: int | None) -> int | None:
+    """The answer cap sent: the smaller of the request's and the candidate's."""
+    if asked is None or model_cap is None:
+        return model_cap if asked is None else asked
+    return min(asked, model_cap)
 
 
 def _is_index(value: object) -> TypeGuard[int]:

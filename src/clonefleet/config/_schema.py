@@ -88,6 +88,11 @@ class ProviderConfig(BaseModel):
     """Tokens per minute (input plus output) to all of its models together, fleet-wide."""
     max_in_flight: int | None = Field(default=None, ge=1)
     """Requests waiting for an answer at once, fleet-wide."""
+    prompt_cache: bool = True
+    """Whether requests ask for the provider's prompt cache: ``cache_control`` breakpoints on
+    the Anthropic wire, ``prompt_cache_key`` on the OpenAI one (docs/prompt-cache.md)."""
+    max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    """The OpenAI-wire field that carries a model's ``max_tokens`` (answer cap)."""
     simulated: SimulatedOptions = SimulatedOptions()
 
     @model_validator(mode="after")
@@ -115,7 +120,8 @@ class ModelConfig(BaseModel):
     model_config = _STRICT
     provider: str
     name: str
-    max_tokens: int | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    """The cap on each answer's tokens, sent on the wire (``None``: the wire's default)."""
     price: PriceConfig | None = None
     rpm: int | None = Field(default=None, ge=1)
     """Requests per minute to this model, fleet-wide, within its provider's ``rpm``."""

@@ -108,6 +108,7 @@ class ProviderPool:
             max_retries=provider_cfg.max_retries,
             timeout_s=provider_cfg.timeout_s,
             gate=self._gates[model_key],
+            max_tokens=model_cfg.max_tokens,
         )
 
     def _gate(self, model: ModelConfig, provider: ProviderConfig) -> CandidateGate | None:

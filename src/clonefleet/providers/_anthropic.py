@@ -22,6 +22,7 @@ from clonefleet.providers._transport import HTTPProvider, summarize_json, token_
 __all__ = [
     "ANTHROPIC_DEFAULT_MAX_TOKENS",
     "ANTHROPIC_VERSION",
+    "CACHE_BREAKPOINTS",
     "AnthropicModel",
     "anthropic_payload",
     "anthropic_response",
@@ -29,6 +30,8 @@ __all__ = [
 
 ANTHROPIC_VERSION = "2023-06-01"
 ANTHROPIC_DEFAULT_MAX_TOKENS = 4096
+CACHE_BREAKPOINTS = 4
+"""The most ``cache_control`` breakpoints one Messages API request may carry."""
 
 # ---------------------------------------------------------------------------------------------
 # Anthropic Messages API.
@@ -37,17 +40,24 @@ ANTHROPIC_DEFAULT_MAX_TOKENS = 4096
 class AnthropicModel:
     """A model behind the Anthropic Messages API (``POST /v1/messages``).
 
-    System messages become the top-level ``system`` prompt; tool calls and results travel as
-    ``tool_use``/``tool_result`` blocks; ``stop_reason: "refusal"`` is a refusal. The clone's
-    identity is sent as ``metadata.user_id`` (``"<batch_id>/<clone_index>"``), which the
-    simulated server uses to pick the clone's script.
+    System messages become the top-level ``system`` blocks, one per message; tool calls and
+    results travel as ``tool_use``/``tool_result`` blocks; ``stop_reason: "refusal"`` is a
+    refusal and ``"max_tokens"`` a stop for length. With ``prompt_cache`` on, the last tool, the
+    last system block and the last block of the conversation carry ``cache_control``
+    breakpoints (docs/prompt-cache.md). The clone's identity is sent as ``metadata.user_id``
+    (``"<batch_id>/<clone_index>"``), which the simulated server uses to pick the clone's script.
     """
 
     def __init__(
-        self, provider: HTTPProvider, *, default_max_tokens: int = ANTHROPIC_DEFAULT_MAX_TOKENS
+        self,
+        provider: HTTPProvider,
+        *,
+        default_max_tokens: int = ANTHROPIC_DEFAULT_MAX_TOKENS,
+        prompt_cache: bool = True,
     ) -> None:
         self.provider = provider
         self.default_max_tokens = default_max_tokens
+        self.prompt_cache = prompt_cache
 
     @property
     def deadline_s(self) -> float:
@@ -65,7 +75,7 @@ class AnthropicModel:
             ModelTimeout, ModelHTTPError, ModelBehaviorError: as :meth:`HTTPProvider.post_json`.
         """
         data, limits = await self.provider.post_json_limits(
-            "messages", anthropic_payload(req, self.default_max_tokens)
+            "messages", anthropic_payload(req, self.default_max_tokens, cache=self.prompt_cache)
         )
         try:
             return anthropic_response(data, req.model, limits)
@@ -75,26 +85,35 @@ class AnthropicModel:
 
 
 def anthropic_payload(
-    req: ModelRequest, default_max_tokens: int = ANTHROPIC_DEFAULT_MAX_TOKENS
+    req: ModelRequest,
+    default_max_tokens: int = ANTHROPIC_DEFAULT_MAX_TOKENS,
+    *,
+    cache: bool = True,
 ) -> dict[str, Any]:
-    """The Messages API request body for ``req`` (consecutive same-role turns merged)."""
+    """The Messages API request body for ``req``: one ``system`` block per system message,
+    consecutive same-role turns merged; with ``cache``, its prompt-cache breakpoints too."""
+    system: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
+    shared: list[dict[str, Any]] = []  # the last block of each message marked cache_break
     for m in req.messages:
         if m.role is Role.SYSTEM:
-            continue
-        role, blocks = _anthropic_blocks(m)
-        if not blocks:
-            continue
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].extend(blocks)
+            blocks = [{"type": "text", "text": m.content}] if m.content else []
+            system += blocks
         else:
-            turns.append({"role": role, "content": blocks})
+            role, blocks = _anthropic_blocks(m)
+            if not blocks:
+                continue
+            if turns and turns[-1]["role"] == role:
+                turns[-1]["content"].extend(blocks)
+            else:
+                turns.append({"role": role, "content": blocks})
+        if m.cache_break and blocks:
+            shared.append(blocks[-1])
     payload: dict[str, Any] = {
         "model": req.model,
         "max_tokens": req.max_tokens or default_max_tokens,
         "messages": turns,
     }
-    system = "\n\n".join(m.content for m in req.messages if m.role is Role.SYSTEM and m.content)
     if system:
         payload["system"] = system
     if req.tools:
@@ -102,10 +121,29 @@ def anthropic_payload(
             {"name": t.name, "description": t.description, "input_schema": t.parameters}
             for t in req.tools
         ]
+    if cache:
+        if not shared and system:
+            shared.append(system[-1])
+        _mark_breakpoints(payload.get("tools"), shared, turns[-1]["content"] if turns else [])
     user = clone_user(req.metadata)
     if user is not None:
         payload["metadata"] = {"user_id": user}
     return payload
+
+
+def _mark_breakpoints(
+    tools: list[dict[str, Any]] | None, shared: list[dict[str, Any]], last: list[dict[str, Any]]
+) -> None:
+    """Put ``cache_control`` on the last tool, the last block of the messages marked
+    ``cache_break`` (else of the system prompt) and the last block of the conversation: the
+    prefix a batch's clones share, then the conversation so far. Past
+    :data:`CACHE_BREAKPOINTS`, the earliest ``shared`` ones are left out."""
+    ends = [tools[-1]] if tools else []
+    tail = [last[-1]] if last else []
+    room = CACHE_BREAKPOINTS - len(ends) - len(tail)
+    ends += shared[-room:] if room > 0 else []
+    for block in ends + tail:
+        block["cache_control"] = {"type": "ephemeral"}
 
 
 def _anthropic_blocks(m: Message) -> tuple[str, list[dict[str, Any]]]:
@@ -162,13 +200,18 @@ def anthropic_response(
         token_count(usage.get(k))
         for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
     )
+    stop_reason = data.get("stop_reason")
     return ModelResponse(
         text="".join(texts),
         tool_calls=tuple(calls),
         usage=Usage(
-            input_tokens=input_tokens, output_tokens=token_count(usage.get("output_tokens"))
+            input_tokens=input_tokens,
+            output_tokens=token_count(usage.get("output_tokens")),
+            cache_read_tokens=token_count(usage.get("cache_read_input_tokens")),
+            cache_write_tokens=token_count(usage.get("cache_creation_input_tokens")),
         ),
         model=str(data.get("model") or model),
-        refusal=data.get("stop_reason") == "refusal",
+        refusal=stop_reason == "refusal",
         limits=limits,
+        truncated=stop_reason == "max_tokens",
     )

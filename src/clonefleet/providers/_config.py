@@ -68,11 +68,14 @@ def build_provider(
 
     if cfg.kind == "openai":
         openai = provider({"authorization": f"Bearer {key}"} if key else {})
-        return OpenAIModel(openai), openai.aclose
+        model = OpenAIModel(
+            openai, prompt_cache=cfg.prompt_cache, max_tokens_param=cfg.max_tokens_param
+        )
+        return model, openai.aclose
     if not httpx.URL(base_url).path.rstrip("/").endswith("/v1"):
         base_url = base_url.rstrip("/") + "/v1"
     anthropic = provider({"x-api-key": key or "", "anthropic-version": ANTHROPIC_VERSION})
-    return AnthropicModel(anthropic), anthropic.aclose
+    return AnthropicModel(anthropic, prompt_cache=cfg.prompt_cache), anthropic.aclose
 
 
 def _read_key(name: str, env: str, config_path: str | None, key: str) -> str:

@@ -10,6 +10,7 @@ import orjson
 
 from clonefleet.errors import (
     ModelBehaviorError,
+    ModelHTTPError,
 )
 from clonefleet.providers._bounded_json import loads_bounded
 from clonefleet.providers._identity_cache import IdentityCache
@@ -37,11 +38,25 @@ class OpenAIModel:
 
     System messages are merged into one leading system message, because several servers' chat
     templates reject a system message anywhere else. The clone's identity is sent as ``user``
-    (``"<batch_id>/<clone_index>"``), which the simulated server uses to pick the clone's script.
+    (``"<batch_id>/<clone_index>"``), which the simulated server uses to pick the clone's script;
+    with ``prompt_cache`` on, the batch id as ``prompt_cache_key``. The answer cap goes in
+    ``max_tokens_param``. A server that refuses either field (HTTP 400 naming it) gets the
+    request once more without it, or with ``max_completion_tokens``, and so does every later
+    request of this model (docs/prompt-cache.md).
     """
 
-    def __init__(self, provider: HTTPProvider) -> None:
+    def __init__(
+        self,
+        provider: HTTPProvider,
+        *,
+        prompt_cache: bool = True,
+        max_tokens_param: str = "max_tokens",
+    ) -> None:
         self.provider = provider
+        self.prompt_cache = prompt_cache
+        """Whether requests carry ``prompt_cache_key`` (off for good once the server refuses it)."""
+        self.max_tokens_param = max_tokens_param
+        """The field of the answer cap: ``max_tokens`` or ``max_completion_tokens``."""
 
     @property
     def deadline_s(self) -> float:
@@ -59,16 +74,58 @@ class OpenAIModel:
             ModelTimeout, ModelHTTPError, ModelBehaviorError: as :meth:`HTTPProvider.post_json`;
                 also ModelBehaviorError for a malformed tool call.
         """
-        data, limits = await self.provider.post_json_limits("chat/completions", openai_payload(req))
+        try:
+            data, limits = await self._post(req)
+        except ModelHTTPError as exc:
+            if not self._adapt(exc, req):
+                raise
+            data, limits = await self._post(req)
         try:
             return openai_response(data, req.model, limits)
         except ModelBehaviorError as exc:
             failure = exc
         raise self.provider.rewrap(failure)
 
+    async def _post(self, req: ModelRequest) -> tuple[dict[str, Any], LimitReport | None]:
+        payload = openai_payload(
+            req, prompt_cache=self.prompt_cache, max_tokens_param=self.max_tokens_param
+        )
+        return await self.provider.post_json_limits("chat/completions", payload)
 
-def openai_payload(req: ModelRequest) -> dict[str, Any]:
-    """The chat-completions request body for ``req``."""
+    def _adapt(self, exc: ModelHTTPError, req: ModelRequest) -> bool:
+        """Whether ``exc`` refused a field this model can do without (then it no longer sends
+        it, or sends the cap as ``max_completion_tokens``): the request is worth sending again."""
+        if exc.status != 400:
+            return False
+        text = f"{exc.error_type} {exc.body}".lower()
+        if self.prompt_cache and req.metadata.get("batch_id") and "prompt_cache_key" in text:
+            self.prompt_cache = False
+            return True
+        if (
+            self.max_tokens_param == "max_tokens"
+            and req.max_tokens is not None
+            and _refuses_max_tokens(text)
+        ):
+            self.max_tokens_param = "max_completion_tokens"
+            return True
+        return False
+
+
+_UNSUPPORTED = ("unsupported", "not supported", "unrecognized", "unknown", "not permitted")
+
+
+def _refuses_max_tokens(text: str) -> bool:
+    """Whether an error text (lower case) says ``max_tokens`` is not taken here."""
+    if "max_completion_tokens" in text:
+        return True
+    return "max_tokens" in text and any(word in text for word in _UNSUPPORTED)
+
+
+def openai_payload(
+    req: ModelRequest, *, prompt_cache: bool = True, max_tokens_param: str = "max_tokens"
+) -> dict[str, Any]:
+    """The chat-completions request body for ``req``: the answer cap in ``max_tokens_param``,
+    and with ``prompt_cache`` the batch id as ``prompt_cache_key``."""
     system = "\n\n".join(m.content for m in req.messages if m.role is Role.SYSTEM and m.content)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     messages += [_openai_message(m) for m in req.messages if m.role is not Role.SYSTEM]
@@ -76,10 +133,13 @@ def openai_payload(req: ModelRequest) -> dict[str, Any]:
     if req.tools:
         payload["tools"] = [_openai_tool(t) for t in req.tools]
     if req.max_tokens is not None:
-        payload["max_tokens"] = req.max_tokens
+        payload[max_tokens_param] = req.max_tokens
     user = clone_user(req.metadata)
     if user is not None:
         payload["user"] = user
+    batch = req.metadata.get("batch_id")
+    if prompt_cache and batch:
+        payload["prompt_cache_key"] = str(batch)
     return payload
 
 
@@ -155,16 +215,21 @@ def openai_response(
     calls = tuple(_openai_call(i, c) for i, c in enumerate(raw_calls))
     raw_usage = data.get("usage")
     usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
+    details = usage.get("prompt_tokens_details")
+    input_tokens = token_count(usage.get("prompt_tokens"))
+    cached = token_count(details.get("cached_tokens")) if isinstance(details, dict) else 0
     return ModelResponse(
         text=text,
         tool_calls=calls,
         usage=Usage(
-            input_tokens=token_count(usage.get("prompt_tokens")),
+            input_tokens=input_tokens,
             output_tokens=token_count(usage.get("completion_tokens")),
+            cache_read_tokens=min(cached, input_tokens),
         ),
         model=str(data.get("model") or model),
         refusal=refusal,
         limits=limits,
+        truncated=choice.get("finish_reason") == "length",
     )
 
 

@@ -60,6 +60,9 @@ class Message:
     """For a tool message: whether the tool failed."""
     pinned: bool = False
     """Kept verbatim through compaction (system prompt, injected skills, progress reminder)."""
+    cache_break: bool = False
+    """The request's prefix up to and including this message is shared with other clones: a
+    wire that takes cache breakpoints puts one here (docs/prompt-cache.md)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,6 +138,8 @@ class ModelResponse:
     """The model declined the task (provider refusal stop reason)."""
     limits: LimitReport | None = None
     """The rate limits the answer's headers announced (``None``: it announced none)."""
+    truncated: bool = False
+    """The answer stopped at its ``max_tokens`` cap (a stop for length), so it may be cut short."""
 
 
 @runtime_checkable

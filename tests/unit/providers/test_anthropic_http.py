@@ -202,11 +202,15 @@ async def test_a_clone_runs_to_completion_and_counts_the_usage_the_server_report
     # step_to_response: input = words of the request's messages, output = 8 per tool call.
     words = [sum(len(m.content.split()) for m in r.messages) for r in brain.seen]
     assert len(words) == 2 and all(w > 0 for w in words)
+    cached = result.usage["cache_read_tokens"] + result.usage["cache_write_tokens"]
     assert result.usage == {
         "input_tokens": sum(words),
         "output_tokens": 16,
         "total_tokens": sum(words) + 16,
+        "cache_read_tokens": result.usage["cache_read_tokens"],
+        "cache_write_tokens": result.usage["cache_write_tokens"],
     }
+    assert 0 <= cached <= sum(words)  # parts of the input (the server's cache decides how much)
     usage_events = [e for e in events if e["type"] == "usage"]
     assert [e["input_tokens"] for e in usage_events] == words
 

@@ -84,10 +84,19 @@ async def test_request_puts_system_on_top_and_tool_blocks_in_turns(anthropic):
     assert sent.headers["x-api-key"] == "sk-ant-test"
     assert sent.headers["anthropic-version"] == "2023-06-01"
     body = json.loads(sent.content)
-    assert body["system"] == "base prompt\n\nskill text"
+    cached = {"cache_control": {"type": "ephemeral"}}
+    assert body["system"] == [
+        {"type": "text", "text": "base prompt"},
+        {"type": "text", "text": "skill text", **cached},
+    ]
     assert body["max_tokens"] == 4096
     assert body["tools"] == [
-        {"name": "file_read", "description": "Read a file.", "input_schema": {"type": "object"}}
+        {
+            "name": "file_read",
+            "description": "Read a file.",
+            "input_schema": {"type": "object"},
+            **cached,
+        }
     ]
     assert body["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "review foo.py"}]},
@@ -112,7 +121,7 @@ async def test_request_puts_system_on_top_and_tool_blocks_in_turns(anthropic):
                     "content": "no such file",
                     "is_error": True,
                 },
-                {"type": "text", "text": "also check bar.py"},
+                {"type": "text", "text": "also check bar.py", **cached},
             ],
         },
     ]

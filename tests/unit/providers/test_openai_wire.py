@@ -343,12 +343,13 @@ async def test_failover_passes_every_request_field_on_and_names_the_candidate():
         "model", "messages", "tools", "max_tokens", "metadata"
     ]  # fmt: skip
     assert [f.name for f in fields(ModelResponse)] == [
-        "text", "tool_calls", "usage", "model", "refusal", "limits"
+        "text", "tool_calls", "usage", "model", "refusal", "limits", "truncated"
     ]  # fmt: skip
     seen: list[ModelRequest] = []
     answer = ModelResponse(
         text="t", tool_calls=(ToolCall(id="c", name="n", arguments={}),), usage=Usage(input_tokens=1, output_tokens=2),
         model="wire", refusal=True, limits=LimitReport("openai", LimitWindow(60, 59, None)),
+        truncated=True,
     )  # fmt: skip
 
     class Echo:
@@ -364,7 +365,7 @@ async def test_failover_passes_every_request_field_on_and_names_the_candidate():
     )
     assert got == ModelResponse(
         text="t", tool_calls=answer.tool_calls, usage=answer.usage, model="m", refusal=True,
-        limits=answer.limits,
+        limits=answer.limits, truncated=True,
     )  # fmt: skip
 
 
