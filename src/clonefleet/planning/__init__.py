@@ -10,9 +10,12 @@ from clonefleet.planning._clone_specs import check_count as check_count
 from clonefleet.planning._clone_specs import clone_tools as clone_tools
 from clonefleet.planning._clone_specs import plan_specs as plan_specs
 from clonefleet.planning._clone_specs import resolve_tools as resolve_tools
+from clonefleet.planning._clone_specs import shared_paragraphs as shared_paragraphs
+from clonefleet.planning._nested import Fork as Fork
 from clonefleet.planning._nested import NestedPlan as NestedPlan
 from clonefleet.planning._nested import check_planned as check_planned
 from clonefleet.planning._nested import child_request as child_request
+from clonefleet.planning._nested import fork_of as fork_of
 from clonefleet.planning._submission import BatchSubmission as BatchSubmission
 from clonefleet.planning._submission import new_batch_id as new_batch_id
 from clonefleet.planning._submission import new_job_id as new_job_id
@@ -21,15 +24,18 @@ __all__ = [
     "BatchPlan",
     "BatchRequest",
     "BatchSubmission",
+    "Fork",
     "NestedPlan",
     "check_batch_budget",
     "check_count",
     "check_planned",
     "child_request",
+    "fork_of",
     "clone_tools",
     "new_batch_id",
     "new_job_id",
     "plan_batch",
     "plan_specs",
+    "shared_paragraphs",
     "resolve_tools",
 ]

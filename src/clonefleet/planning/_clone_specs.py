@@ -7,6 +7,7 @@ batch and nothing starts.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -314,12 +315,16 @@ def clone_tools(
 def _specs(
     rendered: Sequence[RenderedClone], job_ids: Sequence[str], common: dict[str, Any]
 ) -> tuple[CloneSpec, ...]:
-    """One spec per rendered clone; each starts at candidate ``index mod group size``."""
+    """One spec per rendered clone; each starts at candidate ``index mod group size``. The
+    paragraphs of the rendered bodies that every clone shares are its ``instructions``, the rest
+    its ``instructions_own`` (docs/prompt-cache.md)."""
+    shared = shared_paragraphs([r.instructions for r in rendered])
     return tuple(
         CloneSpec(
             job_id=job_ids[r.index],
             clone_index=r.index,
-            instructions=r.instructions,
+            instructions=shared,
+            instructions_own=r.instructions[len(shared) :].removeprefix(PARAGRAPH),
             task=r.task,
             skills=tuple((s.name, s.body) for s in r.skills),
             start=r.index % len(common["candidates"]),
@@ -327,3 +332,21 @@ def _specs(
         )
         for r in rendered
     )
+
+
+PARAGRAPH = "\n\n"
+"""What separates the blocks of a system prompt (the wires join system messages with it)."""
+
+
+def shared_paragraphs(bodies: Sequence[str]) -> str:
+    """The longest run of whole paragraphs every body starts with: all of it when they are all
+    the same (or there is one), else the common text up to its last paragraph break, so that it
+    joined to each body's rest by :data:`PARAGRAPH` gives the body back, byte for byte."""
+    if not bodies:
+        return ""
+    first = bodies[0]
+    if all(b == first for b in bodies):
+        return first
+    common = os.path.commonprefix(list(bodies))
+    cut = common.rfind(PARAGRAPH)
+    return common[:cut] if cut > 0 else ""

@@ -108,7 +108,13 @@ async def test_resumed_clone_goes_on_exactly_like_the_uninterrupted_run(turn: in
     expected, snapshots = await run_with_checkpoints(rich_spec(), whole)
     assert [s["turns"] for s in snapshots] == [1, 2, 3, 4]  # none after the last turn
     assert expected.salvaged and expected.turns == 5
-    assert expected.usage == {"input_tokens": 50, "output_tokens": 50, "total_tokens": 100}
+    assert expected.usage == {
+        "input_tokens": 50,
+        "output_tokens": 50,
+        "total_tokens": 100,
+        "cache_read_tokens": 0,
+        "cache_write_tokens": 0,
+    }
 
     rest, events = ScriptedModel(rich_steps()[turn:]), []
     clone = Clone(rich_spec(), rest, emit=events.append, resume=roundtrip(snapshots[turn - 1]))

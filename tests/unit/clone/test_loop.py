@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from clonefleet.clone import Clone, tool_from_function
+from clonefleet.clone import BASE_PROMPT, Clone, tool_from_function
 from clonefleet.errors import AllModelsFailed
 from clonefleet.testing import FunctionModel, ScriptedModel, call, make_spec, reply
 from clonefleet.vocab import StopReason
@@ -43,8 +43,10 @@ async def test_model_sees_system_prompt_task_and_exit_schema():
 
     await Clone(make_spec(instructions="BODY-TEXT", task="TASK-TEXT"), FunctionModel(fn)).run()
     req = seen[0]
-    assert "BODY-TEXT" in req.messages[0].content and req.messages[0].role == "system"
-    assert req.messages[1].content == "TASK-TEXT"
+    assert [m.role for m in req.messages] == ["system", "system", "user"]
+    assert req.messages[0].content == BASE_PROMPT  # identity first, the same for every clone
+    assert req.messages[1].content == "BODY-TEXT"
+    assert req.messages[2].content == "TASK-TEXT"
     exit_spec = next(t for t in req.tools if t.name == "exit_tool")
     assert exit_spec.parameters["required"] == ["success", "summary"]
 

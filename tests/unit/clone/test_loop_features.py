@@ -168,7 +168,7 @@ async def test_tool_search_lists_deferred_tools_and_loads_them_by_keyword_or_sel
     assert "EARLY" not in early.content
     calls = model.calls[1:]  # the requests from the first tool_search on
     first = calls[0]
-    assert "Deferred tools (load with tool_search): lookup, shout" in first.messages[0].content
+    assert "Deferred tools (load with tool_search): lookup, shout" in first.messages[1].content
     assert {t.name for t in first.tools} == {
         "file_read",
         "progress_update",
@@ -279,8 +279,8 @@ async def test_compaction_keeps_system_skills_task_and_the_latest_progress_only(
     compactions = [e for e in events if e["type"] == "compaction"]
     assert len(compactions) >= 2
     last = seen[-1].messages
-    assert last[0].role == "system" and "THE-BODY" in last[0].content
-    assert [m.content for m in last[1:3]] == ["[skill style]\nSKILL-BODY", "THE-TASK"]
+    assert last[0].role == last[1].role == "system" and "THE-BODY" in last[1].content
+    assert [m.content for m in last[2:4]] == ["[skill style]\nSKILL-BODY", "THE-TASK"]
     progress = [m.content for m in last if m.content.startswith("[latest progress]")]
     assert progress == ['[latest progress] {"summary": "step 11"}']
     summaries = [m.content for m in last if m.content.startswith("[summary of earlier work]")]

@@ -180,7 +180,9 @@ async def test_a_templated_nested_prompt_is_rendered_per_child(tmp_path):
     )
     specs = [core.table.spec_of(c.job_id) for c in children]
     assert [s.task for s in specs] == ["part 1 of 2", "part 2 of 2"]
-    assert [s.instructions.strip() for s in specs] == [
+    # No paragraph is shared by every child's body, so each body is the child's own.
+    assert [s.instructions for s in specs] == ["", ""]
+    assert [s.instructions_own.strip() for s in specs] == [
         "Leaf 1/2: part 1 of 2",
         "Leaf 2/2: part 2 of 2",
     ]
