@@ -56,6 +56,8 @@ def message_json(m: Message) -> dict[str, Any]:
         out["is_error"] = True
     if m.pinned:
         out["pinned"] = True
+    if m.cache_break:
+        out["cache_break"] = True
     return out
 
 
@@ -79,6 +81,7 @@ def message_from_json(data: Any) -> Message:
         name=_optional_str(data.get("name"), "message name"),
         is_error=_typed(data.get("is_error", False), bool, "is_error"),
         pinned=_typed(data.get("pinned", False), bool, "pinned"),
+        cache_break=_typed(data.get("cache_break", False), bool, "cache_break"),
     )
 
 
