@@ -19,7 +19,7 @@ from typing import Any
 from clonefleet.clone._checkpoint import CloneState, checkpoint_data, read_checkpoint
 from clonefleet.clone._clone_spec import CloneSpec, RunResult
 from clonefleet.clone._compaction import compact, context_tokens
-from clonefleet.clone._failover import FailoverModel, Tried, failure_cause
+from clonefleet.clone._failover import LENGTH_WARNING, FailoverModel, Tried, failure_cause
 from clonefleet.clone._run_end import SALVAGE_WARNING, Ending, run_result
 from clonefleet.clone.exit._judge import ExitJudge, Verdict
 from clonefleet.clone.tools._control import (
@@ -350,9 +350,16 @@ class Clone:
         self.turns += 1
         self.usage = self.usage + response.usage
         self.model_name = response.model or before or self.model_name
+        stop = {"stop": "length"} if response.truncated else {}  # docs/json.md, usage event
         self._emit(
-            EventType.USAGE, turn=self.turns, model=self.model_name, **response.usage.to_json()
+            EventType.USAGE,
+            turn=self.turns,
+            model=self.model_name,
+            **response.usage.to_json(),
+            **stop,
         )
+        if stop and not any(w.endswith(LENGTH_WARNING) for w in self.warnings):
+            self.warnings.append(f"turn {self.turns}: {LENGTH_WARNING}")
         self.messages.append(
             Message(role=Role.ASSISTANT, content=response.text, tool_calls=response.tool_calls)
         )
