@@ -5,6 +5,7 @@ Model providers (the model protocol, HTTP providers, the simulated model) live i
 :mod:`clonefleet.providers`. See ``docs/architecture.md``.
 """
 
+from clonefleet.clone._checkpoint import message_from_json as message_from_json
 from clonefleet.clone._checkpoint import pack_state as pack_state
 from clonefleet.clone._checkpoint import state_of as state_of
 from clonefleet.clone._clone_spec import CloneSpec as CloneSpec
@@ -24,6 +25,7 @@ from clonefleet.clone.exit._judge import schema_errors as schema_errors
 from clonefleet.clone.mcp._manager import McpManager as McpManager
 from clonefleet.clone.tools._confine import open_checked as open_checked
 from clonefleet.clone.tools._confine import open_inside as open_inside
+from clonefleet.clone.tools._jobs import FORK_DESCRIPTION as FORK_DESCRIPTION
 from clonefleet.clone.tools._jobs import TOOL_METHODS as TOOL_METHODS
 from clonefleet.clone.tools._jobs import job_tools as job_tools
 from clonefleet.clone.tools._table import WORK_TOOL_TABLE as WORK_TOOL_TABLE
@@ -34,6 +36,7 @@ from clonefleet.clone.tools._table import tool_from_function as tool_from_functi
 from clonefleet.clone.tools._web_access import WebAccess as WebAccess
 
 __all__ = [
+    "message_from_json",
     "pack_state",
     "OnFailover",
     "OnRateLimited",
@@ -41,6 +44,7 @@ __all__ = [
     "state_of",
     "job_tools",
     "TOOL_METHODS",
+    "FORK_DESCRIPTION",
     "open_checked",
     "schema_errors",
     "BASE_PROMPT",

@@ -11,6 +11,7 @@ from typing import Any
 
 from clonefleet.clone.tools._table import Tool
 from clonefleet.permissions import ALLOW_ALL, Policy
+from clonefleet.providers import Message
 from clonefleet.vocab import StopReason, run_record
 
 __all__ = ["CloneSpec", "RunResult"]
@@ -26,7 +27,11 @@ class CloneSpec:
     clone_index: int
     clone_count: int
     instructions: str
-    """Rendered definition body (the system prompt suffix)."""
+    """Rendered definition body (the system prompt after the identity block): the paragraphs
+    every clone of the batch shares."""
+    instructions_own: str = ""
+    """The rest of this clone's rendered body, where the template varies per clone (a body
+    using ``{{ prompt }}`` or ``clone.*``); sent after the shared part."""
     task: str
     """Rendered task: the clone's first user message."""
     skills: tuple[tuple[str, str], ...] = ()
@@ -68,6 +73,12 @@ class CloneSpec:
     mcp_servers: tuple[tuple[str, dict[str, Any]], ...] = ()
     """``(name, server config)`` of the MCP servers the definition itself declares (its
     ``mcpServers``), beside those of the config."""
+    subagent_provider: str = "spawn"
+    """How the ``subagent`` tool starts a child: ``spawn`` (a fresh context) or ``fork`` (a child
+    of this clone's own definition that inherits its completed turns; docs/prompt-cache.md)."""
+    seed_messages: tuple[Message, ...] = ()
+    """A fork child's start: its parent's completed turns, which its task follows (empty: the
+    clone starts from its definition's prompt; docs/prompt-cache.md, "Fork spawns")."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from clonefleet.clone._checkpoint import CloneState, checkpoint_data, read_checkpoint
+from clonefleet.clone._checkpoint import CloneState, checkpoint_data, message_json, read_checkpoint
 from clonefleet.clone._clone_spec import CloneSpec, RunResult
 from clonefleet.clone._compaction import compact, context_tokens
 from clonefleet.clone._failover import LENGTH_WARNING, FailoverModel, Tried, failure_cause
@@ -29,7 +29,7 @@ from clonefleet.clone.tools._control import (
     skill_spec,
     tool_search,
 )
-from clonefleet.clone.tools._jobs import job_tools
+from clonefleet.clone.tools._jobs import ForkSource, job_tools
 from clonefleet.clone.tools._table import WORK_TOOL_TABLE, Tool, ToolContext, check_arguments
 from clonefleet.clone.tools._tool import CloneToolState, Todos
 from clonefleet.clone.tools._web_access import WebAccess
@@ -133,7 +133,10 @@ class Clone:
         table.update({t.name: t for t in self.spec.extra_tools})
         table.update(self._host_tools)  # granted tools the host provides (MCP servers)
         if self.spec.allow_subagent_spawn and self._control is not None:
-            table.update(job_tools(self._control, self.spec.job_id))
+            fork = None
+            if self.spec.subagent_provider == "fork":
+                fork = ForkSource(self.spec.agent, self._fork_turns)
+            table.update(job_tools(self._control, self.spec.job_id, fork))
         return table
 
     def _initially_visible(self) -> set[str]:
@@ -145,11 +148,28 @@ class Clone:
         )
 
     def _initial_messages(self) -> list[Message]:
-        system = f"{BASE_PROMPT}\n\n{self.spec.instructions}".rstrip()
+        if self.spec.seed_messages:  # a fork child: its parent's completed turns, then its task
+            seed = list(self.spec.seed_messages)
+            had = {m.content for m in seed if m.pinned}
+            skills = (f"[skill {name}]\n{body}" for name, body in self.spec.skills)
+            seed += [
+                Message(role=Role.USER, content=t, pinned=True) for t in skills if t not in had
+            ]
+            return [*seed, Message(role=Role.USER, content=self.spec.task, pinned=True)]
+        # Shared first, per clone last (docs/prompt-cache.md): the identity block is the same
+        # for every clone of every definition and every nested spawn, the instructions for
+        # every clone of a batch; only the task differs per clone.
+        shared = self.spec.instructions.rstrip()
         deferred = sorted(set(self.tools) - self._visible)
         if deferred:
-            system += "\n\nDeferred tools (load with tool_search): " + ", ".join(deferred)
-        msgs = [Message(role=Role.SYSTEM, content=system, pinned=True)]
+            line = "Deferred tools (load with tool_search): " + ", ".join(deferred)
+            shared = f"{shared}\n\n{line}" if shared else line
+        own = self.spec.instructions_own.rstrip()
+        msgs = [Message(role=Role.SYSTEM, content=BASE_PROMPT, pinned=True, cache_break=not shared)]
+        if shared:
+            msgs.append(Message(role=Role.SYSTEM, content=shared, pinned=True, cache_break=True))
+        if own:
+            msgs.append(Message(role=Role.SYSTEM, content=own, pinned=True))
         msgs += [
             Message(role=Role.USER, content=f"[skill {name}]\n{body}", pinned=True)
             for name, body in self.spec.skills
@@ -157,6 +177,20 @@ class Clone:
         # The task is pinned too: compaction summarises the work, never the instruction itself.
         msgs.append(Message(role=Role.USER, content=self.spec.task, pinned=True))
         return msgs
+
+    def _fork_turns(self) -> dict[str, Any]:
+        """The fork part of a ``subagent`` request made during a turn: the messages of the
+        request that produced the in-flight assistant turn (that turn and the tool results after
+        it left out), the tools shown in full and the model in use (docs/prompt-cache.md)."""
+        last = len(self.messages)
+        while last > 0 and self.messages[last - 1].role is not Role.ASSISTANT:
+            last -= 1
+        done = self.messages[: last - 1] if last else self.messages
+        return {
+            "messages": [message_json(m) for m in done],
+            "visible": sorted(self._visible),
+            "model": getattr(self.model, "current", None) or self.model_name,
+        }
 
     def _emit(self, type_: EventType, **fields: Any) -> None:
         # A plain string on the wire: an enum member costs more to pickle and to decode.

@@ -247,6 +247,9 @@ class Config(BaseModel):
     """The ``web_fetch`` and ``web_search`` tools; both off by default (``_web``)."""
     subagents: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """Inline definitions: ``subagents.<name>`` beats every file of that name."""
+    subagent_provider: Literal["spawn", "fork"] = "spawn"
+    """How a spawning clone's ``subagent`` tool starts children when its definition does not say:
+    ``spawn`` (a fresh context) or ``fork`` (inheriting its turns; docs/prompt-cache.md)."""
     mcp_servers: McpServers = Field(default_factory=dict)
     """MCP servers every clone may use, by name (``docs/mcp.md``); a project's file may not
     add or change one until its folder is trusted."""

@@ -35,7 +35,7 @@ __all__ = ["build_definition", "build_python"]
 
 _CLAUDE_USED_KEYS = frozenset(
     {"name", "description", "tools", "disallowedTools", "model", "maxTurns", "skills", "mcpServers"}
-    | {"permissions"}
+    | {"permissions", "subagent_provider"}
 )
 _CLAUDE_QUIET_KEYS = frozenset({"color"})
 _CLAUDE_UNSUPPORTED_KEYS = frozenset({"hooks", "permissionMode"})
@@ -81,6 +81,10 @@ def _assemble(read: _Read, dialect: Dialect, path: str | None) -> Definition:
         schema_key = read.key_names["exit_tool_schema"]
         schema = check_exit_schema(keys.exit_tool_schema, schema_key, path)
         warnings.extend(exit_schema_enum_warnings(schema, schema_key))
+    if keys.subagent_provider is not None and not keys.allow_subagent_spawn:
+        warnings.append(
+            f"`{read.key_names['subagent_provider']}` has no effect: this subagent may not spawn"
+        )
     return Definition(
         name=read.name,
         description=read.description,
@@ -99,6 +103,7 @@ def _assemble(read: _Read, dialect: Dialect, path: str | None) -> Definition:
         else keys.auto_facet_hint,
         inherit_tools=keys.inherit_tools,
         allow_subagent_spawn=keys.allow_subagent_spawn,
+        subagent_provider=keys.subagent_provider,
         permissions=replace(tools.rules, source=f"definition {read.name}"),
         tools_requested=None
         if keys.tools is None
@@ -226,6 +231,14 @@ def _claude_tools(fm: Mapping[str, Any], path: str | None, warnings: list[str]) 
     return tools
 
 
+def _claude_provider(value: object, path: str | None) -> str | None:
+    if value is None or value in ("spawn", "fork"):
+        return value
+    raise rule_error(
+        "key-type", "subagent_provider", "`subagent_provider` must be `spawn` or `fork`", path
+    )
+
+
 def _claude_extra_keys(fm: Mapping[str, Any], warnings: list[str]) -> tuple[str, ...]:
     extra = tuple(k for k in fm if k not in _CLAUDE_USED_KEYS)
     for k in extra:
@@ -253,6 +266,7 @@ def _read_claude(raw: RawDefinition, stem: str | None, shipped: bool) -> _Read:
         tools=tools,
         tools_deny=denied,
         allow_subagent_spawn=spawn,
+        subagent_provider=_claude_provider(fm.get("subagent_provider"), path),
         permissions=claude_permissions(fm.get("permissions"), path, warnings),
         skills_allow=_claude_list(fm.get("skills"), "skills", path) or [],
         max_turns=_claude_max_turns(fm.get("maxTurns"), path),

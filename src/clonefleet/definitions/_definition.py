@@ -88,6 +88,10 @@ class Definition:
     """Union the caller's tools (never ``switch_facet``) into :attr:`tools` at spawn time."""
     allow_subagent_spawn: bool = False
     """Grant ``subagent`` and the job-control tools so this subagent can spawn its own."""
+    subagent_provider: str | None = None
+    """How its ``subagent`` tool starts children: ``spawn`` (a fresh context) or ``fork`` (a
+    child of this definition inheriting the caller's turns); ``None`` = the config's
+    ``subagent_provider`` (docs/prompt-cache.md, "Fork spawns")."""
     permissions: RuleSet = RuleSet()
     """This definition's layer of the permission policy: its ``tools`` and ``tools_deny``
     entries and its ``permissions`` table, as rules (docs/permissions.md)."""

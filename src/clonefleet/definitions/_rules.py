@@ -93,6 +93,8 @@ class NativeKeys(BaseModel):
     """Union the caller's tools into ``tools`` at spawn time."""
     allow_subagent_spawn: bool = False
     """Let this subagent spawn subagents of its own."""
+    subagent_provider: Literal["spawn", "fork"] | None = None
+    """How its ``subagent`` tool starts children: ``spawn`` or ``fork``; ``None`` = the config's."""
     exit_tool_schema: dict[str, Any] | None = None
     """JSON Schema (Draft 2020-12) of the ``exit_tool`` payload."""
     max_turns: int | None = Field(default=None, ge=1)

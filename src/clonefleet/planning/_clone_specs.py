@@ -277,6 +277,7 @@ def plan_specs(
         **_from_definition(defn, skills),
         "policy": gets.policy,
         "allow_subagent_spawn": gets.spawn,
+        "subagent_provider": defn.subagent_provider or config.subagent_provider,
     }
     return _specs(rendered, job_ids, common)
 

@@ -7,6 +7,9 @@ the scheduler is one actor every batch and every ``jobs`` command waits on. The 
 only the cheap checks itself (the parent is running, the depth and count are within the limits,
 ids are reserved), awaits the host's answer with a deadline, as it awaits any host call, and
 accepts only what :func:`~clonefleet.planning.check_planned` finds to be the batch it asked for.
+A fork spawn takes this same path, its request carrying the parent's completed turns
+(:func:`~clonefleet.planning.fork_of`): the depth cap, the ancestors' budgets and the permission
+policy apply to a fork child as to any child.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from clonefleet.planning import (
     check_count,
     check_planned,
     child_request,
+    fork_of,
 )
 from clonefleet.scheduler._hosts import HostPool
 from clonefleet.scheduler._table import JobTable
@@ -61,7 +65,8 @@ async def spawn_nested(
         raise UsageError(
             f"job {parent_job_id} is {parent.state}; only a running clone can spawn subagents"
         )
-    req = child_request(request, parent.job_id, parent.depth, meta.config)
+    fork = fork_of(request, parent_spec)
+    req = child_request(request, parent.job_id, parent.depth, meta.config, fork)
     batch_id, job_ids = table.reserve_ids(check_count(req.count, meta.config))
     plan = NestedPlan(
         request=req,
@@ -75,6 +80,7 @@ async def spawn_nested(
         project_path=meta.project_path or parent_spec.cwd,
         subagents_dirs=meta.subagents_dirs,
         caller_policy=parent_spec.policy,
+        fork=fork,
     )
     try:
         try:

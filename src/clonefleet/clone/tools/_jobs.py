@@ -4,13 +4,16 @@
 Each tool calls one method of :class:`clonefleet.control.JobControl` (:data:`TOOL_METHODS`), so the
 loop stays free of Ray: a clone host passes an actor-backed implementation, tests pass the
 in-process scheduler core. A tool's parameters are its method's (``subagent``'s arguments are the
-request).
+request). A clone whose subagent provider is ``fork`` gets the fork ``subagent``: same parameters,
+the fork descriptions (:data:`FORK_DESCRIPTION`), and a request that carries the clone's completed
+turns (docs/prompt-cache.md, "Fork spawns").
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from clonefleet.clone.tools._table import Tool, ToolContext, ToolFn
@@ -19,7 +22,7 @@ from clonefleet.errors import ClonefleetError, ToolRetry
 from clonefleet.providers import ToolSpec
 from clonefleet.vocab import JOB_TOOLS, MESSAGE_TOOL, JobState
 
-__all__ = ["TOOL_METHODS", "job_tools"]
+__all__ = ["FORK_DESCRIPTION", "TOOL_METHODS", "ForkSource", "job_tools"]
 
 _BLOCK_SLICE_S = 30.0
 
@@ -109,6 +112,39 @@ _SPECS = {
 }
 
 
+FORK_DESCRIPTION = (
+    "Delegate a task to a subagent that INHERITS this conversation: a child agent seeded with all "
+    "completed turns so far (it does not see the current in-flight turn), returning only its "
+    "final result. Use this when the subtask builds on this conversation's context — a follow-up "
+    "analysis, a review, a continuation — without consuming this conversation's context for the "
+    "work itself. You receive only its final answer, not its intermediate steps."
+)
+"""The fork ``subagent`` tool's description, and its ``prompt`` parameter's."""
+
+
+def _fork_spec(spawn: ToolSpec) -> ToolSpec:
+    params = dict(spawn.parameters)
+    props = dict(params["properties"])
+    props["prompt"] = {"type": "string", "description": FORK_DESCRIPTION}
+    return replace(spawn, description=FORK_DESCRIPTION, parameters={**params, "properties": props})
+
+
+_FORK_SPEC = _fork_spec(_SPECS["subagent"])
+
+_REQUEST_KEYS = ("description", "prompt", "subagent_type", "count", "model_override", "cwd")
+"""The ``subagent`` arguments a spawn request carries (``background`` stays with the tool)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ForkSource:
+    """What the fork ``subagent`` tool takes from its clone: the clone's definition name and a
+    call answering the fork part of a request (``messages``: the completed turns as
+    ``message_json`` dicts, ``visible``: the tools shown in full, ``model``: the model in use)."""
+
+    agent: str
+    turns: Callable[[], dict[str, Any]]
+
+
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, default=str)
 
@@ -125,11 +161,29 @@ def _opt(args: dict[str, Any], key: str) -> str | None:
 
 
 class _Tools:
-    def __init__(self, control: JobControl, job_id: str) -> None:
-        self.control, self.job_id = control, job_id
+    def __init__(self, control: JobControl, job_id: str, fork: ForkSource | None) -> None:
+        self.control, self.job_id, self.fork = control, job_id, fork
+
+    def _request(self, args: dict[str, Any]) -> dict[str, Any]:
+        request = {k: args[k] for k in _REQUEST_KEYS if k in args}
+        if self.fork is None:
+            return request
+        # A fork's child policy is the configuration's, never the call's (docs/prompt-cache.md).
+        wanted = args.get("subagent_type")
+        if wanted and wanted != self.fork.agent:
+            raise ToolRetry(
+                f"a fork runs the caller's own definition ({self.fork.agent}), not {wanted!r}:"
+                " leave subagent_type out"
+            )
+        if args.get("model_override"):
+            raise ToolRetry("a fork runs on the caller's own model: leave model_override out")
+        request["subagent_type"] = self.fork.agent
+        request.pop("model_override", None)
+        request["fork"] = self.fork.turns()
+        return request
 
     async def subagent(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        out = await self.control.spawn_nested(dict(args), self.job_id)
+        out = await self.control.spawn_nested(self._request(args), self.job_id)
         ids = list(out["job_ids"])
         if args.get("background"):
             return json.dumps({"batch_id": out["batch_id"], "job_ids": ids})
@@ -178,9 +232,11 @@ class _Tools:
         return _text(listing)
 
 
-def job_tools(control: JobControl, job_id: str) -> dict[str, Tool]:
-    """The job-control tools bound to one clone's job (its children get it as parent)."""
-    impl = _Tools(control, job_id)
+def job_tools(control: JobControl, job_id: str, fork: ForkSource | None = None) -> dict[str, Tool]:
+    """The job-control tools bound to one clone's job (its children get it as parent); with
+    ``fork``, ``subagent`` forks the clone (the fork descriptions, the clone's turns)."""
+    impl = _Tools(control, job_id, fork)
+    specs = {**_SPECS, "subagent": _FORK_SPEC} if fork is not None else _SPECS
 
     def guarded(name: str) -> ToolFn:
         method: ToolFn = getattr(impl, name)
@@ -193,4 +249,4 @@ def job_tools(control: JobControl, job_id: str) -> dict[str, Tool]:
 
         return run
 
-    return {name: Tool(spec=_SPECS[name], run=guarded(name)) for name in (*JOB_TOOLS, MESSAGE_TOOL)}
+    return {name: Tool(spec=specs[name], run=guarded(name)) for name in (*JOB_TOOLS, MESSAGE_TOOL)}
