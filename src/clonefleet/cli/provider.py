@@ -70,6 +70,36 @@ def add_provider_parser(sub: Any) -> None:
         action="store_false",
         help="send no rate-limit headers and no retry-after: a 429 has only its status and body",
     )
+    cache = serve.add_argument_group(
+        "prompt cache",
+        "prefixes seen are read back as cache reads, per model: written at cache_control "
+        "breakpoints on the Anthropic wire, automatically on the OpenAI one "
+        "(docs/prompt-cache.md)",
+    )
+    cache.add_argument(
+        "--cache-ttl",
+        type=_seconds,
+        default=300.0,
+        metavar="S",
+        help="seconds an entry lives after its last write or read (default 300; 0: no cache)",
+    )
+    cache.add_argument(
+        "--cache-min-tokens",
+        type=whole_number(1),
+        default=1024,
+        metavar="N",
+        help="the shortest prefix written, in tokens (default 1024)",
+    )
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"takes a number of seconds, 0 or more, got {text!r}")
+    return value
 
 
 def cmd_provider(args: argparse.Namespace) -> int:
@@ -88,6 +118,8 @@ def cmd_provider(args: argparse.Namespace) -> int:
         tpm=args.tpm,
         burst=args.burst,
         limit_headers=args.limit_headers,
+        cache_ttl_s=args.cache_ttl,
+        cache_min_tokens=args.cache_min_tokens,
     )
 
 

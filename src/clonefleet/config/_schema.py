@@ -58,6 +58,11 @@ class SimulatedOptions(BaseModel):
     """Requests let through at once after an idle spell (needs ``rpm``)."""
     limit_headers: bool = True
     """Whether a 429 says when to come back (``retry_after_s``)."""
+    cache_ttl_s: float = Field(default=300.0, ge=0)
+    """Seconds a prompt-cache entry lives after its last write or read (0: no prompt cache;
+    docs/prompt-cache.md)."""
+    cache_min_tokens: int = Field(default=1024, ge=1)
+    """The shortest prefix, in tokens, the prompt cache writes."""
 
     @model_validator(mode="after")
     def _check_burst(self) -> SimulatedOptions:

@@ -89,6 +89,8 @@ class ProviderPool:
                 tpm=opts.tpm,
                 burst=opts.burst,
                 limit_headers=opts.limit_headers,
+                cache_ttl_s=opts.cache_ttl_s,
+                cache_min_tokens=opts.cache_min_tokens,
             )
         from clonefleet.providers import build_provider
 

@@ -26,12 +26,18 @@ from clonefleet.config import printable, read_regular_file, safe_load_yaml, yaml
 from clonefleet.errors import ConfigError, ModelBehaviorError, ModelHTTPError, ModelTimeout
 from clonefleet.providers._protocol import ModelRequest, ModelResponse, Role, ToolCall, Usage
 from clonefleet.providers._rate_headers import LimitReport, read_limits
+from clonefleet.providers.sim._cache import (
+    DEFAULT_CACHE_MIN_TOKENS,
+    DEFAULT_CACHE_TTL_S,
+    PromptCache,
+)
 from clonefleet.providers.sim._limits import (
     SimLimiter,
     SimLimits,
     openai_limit_headers,
     request_cost,
 )
+from clonefleet.providers.sim._prefix import request_prefixes
 from clonefleet.vocab import Outcome, status_family
 
 __all__ = ["SimBrain", "SimScript", "SimStep", "SimulatedModel", "instance_from_schema"]
@@ -346,10 +352,14 @@ class SimulatedModel:
     With ``rpm`` or ``tpm`` set, each model gets the token buckets of :class:`SimLimits`
     (``burst`` as there); a request they refuse raises ``ModelHTTPError(429)`` carrying the wait
     as its ``retry_after_s`` (``None`` when ``limit_headers`` is off), as a 429 over HTTP would.
-    ``clock`` is the limiter's clock, in seconds.
+    With ``cache_ttl_s`` above 0 it has a prompt cache of its own, written automatically as the
+    OpenAI wire's is (prefixes of ``cache_min_tokens`` or more), whose reads and writes fill the
+    usage's ``cache_read_tokens`` and ``cache_write_tokens`` (docs/prompt-cache.md). ``clock`` is
+    the limiter's and the cache's clock, in seconds.
 
     Raises:
-        ValueError: a limit is not a positive whole number, or ``burst`` comes without ``rpm``.
+        ValueError: a limit is not a positive whole number, ``burst`` comes without ``rpm``, or
+            ``cache_min_tokens`` is below 1.
     """
 
     def __init__(
@@ -363,12 +373,20 @@ class SimulatedModel:
         burst: int | None = None,
         limit_headers: bool = True,
         clock: Callable[[], float] = time.monotonic,
+        cache_ttl_s: float = DEFAULT_CACHE_TTL_S,
+        cache_min_tokens: int = DEFAULT_CACHE_MIN_TOKENS,
     ) -> None:
         self.brain = brain or SimBrain()
         self.latency_ms, self.hang_s = latency_ms, hang_s
         self._calls = 0
         limits = SimLimits(rpm=rpm, tpm=tpm, burst=burst, headers=limit_headers)
         self.limiter = SimLimiter(limits, clock) if limits.enabled else None
+        self.cache = (
+            PromptCache(ttl_s=cache_ttl_s, min_tokens=cache_min_tokens, clock=clock)
+            if cache_ttl_s > 0
+            else None
+        )
+        """The prompt cache (``None``: off)."""
 
     async def request(self, req: ModelRequest) -> ModelResponse:
         limits: LimitReport | None = None
@@ -403,7 +421,24 @@ class SimulatedModel:
                 error_type=sim_error_type(step.error),
             )
         response = step_to_response(step, req, self._calls)
+        if self.cache is not None:
+            response = self._cached(response, req)
         return response if limits is None else dataclasses.replace(response, limits=limits)
+
+    def _cached(self, response: ModelResponse, req: ModelRequest) -> ModelResponse:
+        """``response`` with the cache's reads and writes for ``req`` in its usage."""
+        assert self.cache is not None
+        usage = response.usage
+        use = self.cache.automatic(req.model, request_prefixes(req))
+        if not (use.read or use.write):
+            return response
+        read = min(use.read, usage.input_tokens)
+        usage = replace(
+            usage,
+            cache_read_tokens=read,
+            cache_write_tokens=min(use.write, usage.input_tokens - read),
+        )
+        return replace(response, usage=usage)
 
 
 _SIM_ERROR_TYPES = {

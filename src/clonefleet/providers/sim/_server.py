@@ -10,7 +10,9 @@ steps become real HTTP faults on both: an error status with ``Retry-After``, an 
 a request that never answers, a body that drips forever, and a 200 with broken JSON.
 With :class:`SimLimits` set it enforces them per model as providers do: 429s in each wire's
 own shape, and the limit headers on every answer (docs/cli.md). ``GET /sim/stats`` answers its
-counters (requests, outcomes, 429s, tokens charged).
+counters (requests, outcomes, 429s, tokens charged, input tokens and the prompt cache's reads and
+writes). Its prompt cache (:class:`PromptCache`) is written at ``cache_control`` breakpoints on
+the Anthropic wire and automatically on the OpenAI one (docs/prompt-cache.md).
 It never binds anything but a loopback address; it is a test and benchmark backend, not a proxy.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import os
 import signal
@@ -32,7 +35,12 @@ from aiohttp import web
 
 from clonefleet.errors import ConfigError, UsageError
 from clonefleet.providers._bounded_json import loads_bounded
-from clonefleet.providers._protocol import ModelRequest
+from clonefleet.providers._protocol import ModelRequest, ModelResponse
+from clonefleet.providers.sim._cache import (
+    DEFAULT_CACHE_MIN_TOKENS,
+    DEFAULT_CACHE_TTL_S,
+    PromptCache,
+)
 from clonefleet.providers.sim._limits import SimLimiter, SimLimits, request_cost
 from clonefleet.providers.sim._model import SimBrain, SimScript, SimStep, step_to_response
 from clonefleet.providers.sim._wire import ANTHROPIC, MODEL_IDS, OPENAI, Wire, html_page
@@ -52,7 +60,9 @@ class SimServer:
             ``x-api-key`` for Anthropic); a wrong one gets 401. The Messages endpoint always
             wants some ``x-api-key``, as Anthropic's does.
         limits: rate limits enforced per model (``None`` or none set: no limit, no headers).
-        clock: the limiter's clock, in seconds (tests pass a fake one).
+        clock: the limiter's and the prompt cache's clock, in seconds (tests pass a fake one).
+        cache_ttl_s: lifetime of a prompt-cache entry, in seconds (0: no cache).
+        cache_min_tokens: the shortest prefix the cache writes, in tokens.
     """
 
     def __init__(
@@ -65,8 +75,16 @@ class SimServer:
         api_key: str | None = None,
         limits: SimLimits | None = None,
         clock: Callable[[], float] = time.monotonic,
+        cache_ttl_s: float = DEFAULT_CACHE_TTL_S,
+        cache_min_tokens: int = DEFAULT_CACHE_MIN_TOKENS,
     ) -> None:
         self.brain = brain
+        self.cache = (
+            PromptCache(ttl_s=cache_ttl_s, min_tokens=cache_min_tokens, clock=clock)
+            if cache_ttl_s > 0
+            else None
+        )
+        """The prompt cache (``None``: off)."""
         self.limiter = SimLimiter(limits, clock) if limits is not None and limits.enabled else None
         self.latency_ms, self.drip_interval_s, self.hang_s = latency_ms, drip_interval_s, hang_s
         self.api_key = api_key
@@ -79,6 +97,12 @@ class SimServer:
         self.tokens_admitted = 0
         """Tokens the rate limits charged for the requests they let through (:func:`request_cost`
         each; 0 without limits)."""
+        self.input_tokens = 0
+        """Input tokens of the requests answered ``ok``, cached or not."""
+        self.cache_read_tokens = 0
+        """Of those, the tokens read from the prompt cache."""
+        self.cache_write_tokens = 0
+        """Of those, the tokens written to the prompt cache."""
         self.first_at: float | None = None
         """Wall-clock time (``time.time()``) the first model request arrived."""
         self.last_ok_at: float | None = None
@@ -112,12 +136,16 @@ class SimServer:
 
     def stats(self) -> dict[str, Any]:
         """The counters: ``requests``, ``outcomes``, ``rate_limited``, ``tokens_admitted``,
-        ``first_at`` and ``last_ok_at`` (wall-clock seconds, ``None`` before any)."""
+        ``input_tokens``, ``cache_read_tokens``, ``cache_write_tokens``, ``first_at`` and
+        ``last_ok_at`` (wall-clock seconds, ``None`` before any)."""
         return {
             "requests": self.requests,
             "outcomes": dict(self.outcomes),
             "rate_limited": self.rate_limited,
             "tokens_admitted": self.tokens_admitted,
+            "input_tokens": self.input_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
             "first_at": self.first_at,
             "last_ok_at": self.last_ok_at,
         }
@@ -167,10 +195,30 @@ class SimServer:
             return await self._fault(step, request, wire)
         self.outcomes["ok"] += 1
         self.last_ok_at = time.time()
+        response = self._cached(step_to_response(step, req, self.requests), body, wire)
         return web.json_response(
-            wire.render(step_to_response(step, req, self.requests), req.model, self.requests),
-            headers=limit_headers or None,
+            wire.render(response, req.model, self.requests), headers=limit_headers or None
         )
+
+    def _cached(self, response: ModelResponse, body: Any, wire: Wire) -> ModelResponse:
+        """``response`` with the prompt cache's reads and writes for the request ``body`` in
+        its usage (docs/prompt-cache.md), counted in the server's totals too."""
+        usage = response.usage
+        if self.cache is not None:
+            prefixes = wire.prefixes(body)
+            cache = self.cache.explicit if wire.explicit else self.cache.automatic
+            use = cache(response.model, prefixes)
+            read = min(use.read, usage.input_tokens)
+            usage = dataclasses.replace(
+                usage,
+                cache_read_tokens=read,
+                cache_write_tokens=min(use.write, usage.input_tokens - read),
+            )
+            response = dataclasses.replace(response, usage=usage)
+        self.input_tokens += usage.input_tokens
+        self.cache_read_tokens += usage.cache_read_tokens
+        self.cache_write_tokens += usage.cache_write_tokens
+        return response
 
     def _admit(self, req: ModelRequest, wire: Wire) -> tuple[web.Response | None, dict[str, str]]:
         """Charge the rate limits for ``req``: ``(429 answer or None, limit headers)``."""
@@ -254,6 +302,8 @@ async def start_server(
     tpm: int | None = None,
     burst: int | None = None,
     limit_headers: bool = True,
+    cache_ttl_s: float = DEFAULT_CACHE_TTL_S,
+    cache_min_tokens: int = DEFAULT_CACHE_MIN_TOKENS,
 ) -> tuple[web.AppRunner, int]:
     """Start a simulated server (OpenAI chat completions and Anthropic Messages) in the running
     event loop.
@@ -273,6 +323,8 @@ async def start_server(
         tpm: tokens per minute each model allows (``None``: no limit).
         burst: requests let through at once after an idle spell (needs ``rpm``).
         limit_headers: send the rate-limit headers (``False``: a 429 has only status and body).
+        cache_ttl_s: lifetime of a prompt-cache entry, in seconds (0: no cache).
+        cache_min_tokens: the shortest prefix the prompt cache writes, in tokens.
 
     Returns:
         ``(runner, port)``; stop with ``await runner.cleanup()``. ``runner.app[SIM_SERVER]`` is the
@@ -280,7 +332,7 @@ async def start_server(
 
     Raises:
         UsageError: ``host`` is not a loopback address, a limit is not a positive whole number,
-            or ``burst`` comes without ``rpm``.
+            ``burst`` comes without ``rpm``, or a cache setting is out of range.
         ConfigError: the script file cannot be read.
         OSError: the port cannot be bound.
     """
@@ -289,6 +341,10 @@ async def start_server(
         limits = SimLimits(rpm=rpm, tpm=tpm, burst=burst, headers=limit_headers)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if not cache_ttl_s >= 0 or cache_min_tokens < 1:
+        raise UsageError(
+            "the cache's ttl must be 0 or more seconds and its minimum 1 or more tokens"
+        )
     if script is not None and not isinstance(script, SimScript):
         script = SimScript.load(Path(script))
     brain = SimBrain(script=script, seed=seed, fail_rate=fail_rate, rate_429=rate_429)
@@ -299,6 +355,8 @@ async def start_server(
         hang_s=hang_s,
         api_key=api_key,
         limits=limits,
+        cache_ttl_s=cache_ttl_s,
+        cache_min_tokens=cache_min_tokens,
     )
     runner = web.AppRunner(
         state.app(), handler_cancellation=True, shutdown_timeout=2.0, access_log=None
@@ -325,9 +383,11 @@ def serve_main(
     tpm: int | None = None,
     burst: int | None = None,
     limit_headers: bool = True,
+    cache_ttl_s: float = DEFAULT_CACHE_TTL_S,
+    cache_min_tokens: int = DEFAULT_CACHE_MIN_TOKENS,
 ) -> int:
     """Serve the simulated provider on ``127.0.0.1:port`` until SIGINT or SIGTERM, enforcing
-    the rate limits given (see :func:`start_server`).
+    the rate limits and with the prompt cache given (see :func:`start_server`).
 
     Prints ``serving simulated provider on http://127.0.0.1:PORT/v1`` once listening.
 
@@ -347,6 +407,8 @@ def serve_main(
                 tpm=tpm,
                 burst=burst,
                 limit_headers=limit_headers,
+                cache_ttl_s=cache_ttl_s,
+                cache_min_tokens=cache_min_tokens,
             )
         )
     except (ConfigError, UsageError) as exc:

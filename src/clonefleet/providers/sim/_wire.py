@@ -22,6 +22,7 @@ from clonefleet.providers._protocol import (
     ToolCall,
     ToolSpec,
 )
+from clonefleet.providers.sim._cache import Prefixes
 from clonefleet.providers.sim._limits import (
     Admission,
     anthropic_limit_headers,
@@ -29,6 +30,11 @@ from clonefleet.providers.sim._limits import (
     openai_limit_headers,
 )
 from clonefleet.providers.sim._model import sim_error_type
+from clonefleet.providers.sim._prefix import (
+    anthropic_prefixes,
+    check_cache_control,
+    openai_prefixes,
+)
 
 MODEL_IDS = ("sim-small", "sim-large")
 """The models the server lists; a request naming none is answered as the first."""
@@ -120,6 +126,12 @@ def request_from_openai(body: Any) -> ModelRequest:
     """
     if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
         raise ValueError("the body needs a `messages` list")
+    key = body.get("prompt_cache_key")
+    if key is not None and not isinstance(key, str):
+        raise ValueError(
+            f"Invalid type for 'prompt_cache_key': expected a string, but got "
+            f"{type(key).__name__} instead."
+        )
     tools = tuple(
         ToolSpec(
             name=f["name"],
@@ -132,7 +144,7 @@ def request_from_openai(body: Any) -> ModelRequest:
         model=str(body.get("model") or MODEL_IDS[0]),
         messages=tuple(_message(m) for m in body["messages"]),
         tools=tools,
-        max_tokens=body.get("max_tokens"),
+        max_tokens=body.get("max_tokens") or body.get("max_completion_tokens"),
         metadata=_clone_metadata(body.get("user")),
     )
 
@@ -195,6 +207,7 @@ def response_to_openai(resp: ModelResponse, model: str, number: int) -> dict[str
         "prompt_tokens": resp.usage.input_tokens,
         "completion_tokens": resp.usage.output_tokens,
         "total_tokens": resp.usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": resp.usage.cache_read_tokens},
     }
     return {
         "id": f"chatcmpl-sim-{number}",
@@ -265,9 +278,10 @@ def request_from_anthropic(body: Any) -> ModelRequest:
     """A :class:`ModelRequest` from a Messages API request body.
 
     Checks what the real API checks and a client could get wrong: ``model`` and ``max_tokens``
-    are given, roles are ``user``/``assistant``, no text block or turn is empty, and each
+    are given, roles are ``user``/``assistant``, no text block or turn is empty, each
     assistant turn's ``tool_use`` ids are answered by ``tool_result`` blocks at the start of
-    the next user turn, and only those.
+    the next user turn, and only those, and ``cache_control`` is well formed on at most four
+    blocks. The system blocks are joined into one system message.
 
     Raises:
         ValueError: the body is not a valid Messages API request.
@@ -279,6 +293,7 @@ def request_from_anthropic(body: Any) -> ModelRequest:
     max_tokens = body.get("max_tokens")
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         raise ValueError("max_tokens: a positive integer is required")
+    check_cache_control(body)
     messages = _anthropic_system(body.get("system"))
     pending: list[str] = []  # tool_use ids of the previous assistant turn
     for i, turn in enumerate(body["messages"]):
@@ -319,6 +334,8 @@ def request_from_anthropic(body: Any) -> ModelRequest:
 def _anthropic_system(system: Any) -> list[Message]:
     if isinstance(system, list):
         system = "\n\n".join(_text_blocks(system, "system"))
+    elif system is not None and not isinstance(system, str):
+        raise ValueError("system: a string or a list of text blocks is required")
     return [Message(role=Role.SYSTEM, content=system)] if system else []
 
 
@@ -410,6 +427,7 @@ def response_to_anthropic(resp: ModelResponse, model: str, number: int) -> dict[
         stop_reason = "refusal"
     else:
         stop_reason = "tool_use" if resp.tool_calls else "end_turn"
+    usage = resp.usage
     return {
         "id": f"msg_sim_{number}",
         "type": "message",
@@ -419,10 +437,11 @@ def response_to_anthropic(resp: ModelResponse, model: str, number: int) -> dict[
         "stop_reason": stop_reason,
         "stop_sequence": None,
         "usage": {
-            "input_tokens": resp.usage.input_tokens,
-            "output_tokens": resp.usage.output_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            # input_tokens is the part neither read from the cache nor written to it.
+            "input_tokens": usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens,
+            "output_tokens": usage.output_tokens,
+            "cache_creation_input_tokens": usage.cache_write_tokens,
+            "cache_read_input_tokens": usage.cache_read_tokens,
         },
     }
 
@@ -444,6 +463,10 @@ class Wire:
     """The rate-limit headers of an admission (the wall-clock time given for resets)."""
     rate_limited: Callable[[Admission, str, dict[str, str]], web.Response]
     """The 429 answer to a request a rate limit refused (admission, model, headers)."""
+    prefixes: Callable[[Any], Prefixes]
+    """The blocks of a valid request body, for the prompt cache."""
+    explicit: bool
+    """The cache is written only at the request's breakpoints (else automatically)."""
 
 
 OPENAI = Wire(
@@ -456,6 +479,8 @@ OPENAI = Wire(
     drip_head=b'{"id": "chatcmpl-sim-drip", "choices": [',
     limit_headers=_openai_limit_headers,
     rate_limited=_openai_rate_limited,
+    prefixes=openai_prefixes,
+    explicit=False,
 )
 ANTHROPIC = Wire(
     name="Messages API",
@@ -467,4 +492,6 @@ ANTHROPIC = Wire(
     drip_head=b'{"id": "msg_sim_drip", "type": "message", "content": [',
     limit_headers=anthropic_limit_headers,
     rate_limited=_anthropic_rate_limited,
+    prefixes=anthropic_prefixes,
+    explicit=True,
 )
