@@ -151,7 +151,9 @@ def _text(value: Any) -> str:
 
 def _summarise(record: dict[str, Any]) -> str:
     if record["status"] != JobState.COMPLETED:
-        raise ToolRetry(record.get("error") or "Error: subagent run failed")
+        # The loop puts "Error: " before a tool error: the model reads the exact text once.
+        text = record.get("error") or "Error: subagent run failed"
+        raise ToolRetry(text.removeprefix("Error: "))
     return _text(record["result"])
 
 
