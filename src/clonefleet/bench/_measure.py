@@ -6,13 +6,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from clonefleet.bench._procs import ProcWatch
 from clonefleet.bench._server import Server
 
-__all__ = ["PROMPT", "Sample", "measure_actors", "measure_clonefleet", "measure_floor"]
+__all__ = [
+    "PROMPT",
+    "Sample",
+    "job_usage",
+    "measure_actors",
+    "measure_clonefleet",
+    "measure_floor",
+]
 
 PROMPT = "Summarise file_{{ clone.index }}.py"
 """The task of every clone (rendered per clone)."""
@@ -47,6 +54,10 @@ class Sample:
     tokens: int | None = None
     """Tokens the server's rate limits charged for the requests they let through during the
     batch (0 without limits; ``None``: no stats route)."""
+    input_tokens: int | None = None
+    """Input tokens of the batch's answered requests, cached or not (``None``: not known)."""
+    cache_read_tokens: int | None = None
+    """Of those, the tokens the provider read from its prompt cache (``None``: not known)."""
 
 
 def _watched(
@@ -92,7 +103,23 @@ def _counted(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dic
         "rate_limited": delta(lambda s: s.get("rate_limited")),
         "answered": delta(lambda s: s.get("outcomes", {}).get("ok", 0)),
         "tokens": delta(lambda s: s.get("tokens_admitted")),
+        "input_tokens": delta(lambda s: s.get("input_tokens")),
+        "cache_read_tokens": delta(lambda s: s.get("cache_read_tokens")),
     }
+
+
+def job_usage(fleet: Any, batch_id: str, sample: Sample) -> Sample:
+    """``sample`` with the input and cache-read tokens of the batch's jobs, as its usage totals
+    say, when there is a cache read to count (the server counted one, or cannot say) and the
+    totals carry cache reads; else ``sample`` as it is, with the server's counts."""
+    if sample.cache_read_tokens == 0:
+        return sample  # nothing read from the cache: no need to ask
+    listing = fleet.list_jobs(batch=batch_id, limit=1)
+    totals = listing.get("totals", {}).get("batches", {}).get(batch_id, {})
+    read, tin = totals.get("cache_read_tokens"), totals.get("input_tokens")
+    if not isinstance(read, int) or not isinstance(tin, int):
+        return sample
+    return replace(sample, input_tokens=tin, cache_read_tokens=read)
 
 
 def measure_clonefleet(
@@ -114,7 +141,8 @@ def measure_clonefleet(
         errors += ["not every job ended"] if not block["done"] else []
         return t0, makespan, len(outcomes) - len(errors), errors
 
-    return _watched(watch, server, lambda: f"{batch_ids[0]}/" if batch_ids else "\x00", body)
+    sample = _watched(watch, server, lambda: f"{batch_ids[0]}/" if batch_ids else "\x00", body)
+    return job_usage(fleet, batch_ids[0], sample) if batch_ids else sample
 
 
 def measure_floor(

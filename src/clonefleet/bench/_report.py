@@ -57,12 +57,25 @@ def summarise(
         "completed": completed,
         "clones": n * len(runs),
         "errors": sorted({e for r in runs for e in r.errors}),
+        **_cached(runs),
         **(_limited(n, runs, params, median) if getattr(params, "limited", False) else {}),
     }
 
 
 def _total(values: list[int | None]) -> int | None:
     return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+def _cached(runs: list[Sample]) -> dict[str, Any]:
+    """Input tokens over the repeats, those read from the prompt cache, and their share
+    (``None`` where not known)."""
+    tin = _total([r.input_tokens for r in runs])
+    read = _total([r.cache_read_tokens for r in runs])
+    return {
+        "input_tokens": tin,
+        "cache_read_tokens": read,
+        "cached_share": rounded(ratio(read, tin), 4),
+    }
 
 
 def _limited(n: int, runs: list[Sample], params: Any, makespan_s: float) -> dict[str, Any]:
@@ -102,6 +115,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("added MB", "added_rss_mb", ".1f"),
     ("req/s", "requests_per_s", ".1f"),
     ("min s", "min_makespan_s", ".3f"),
+    ("cached %", "cached_pct", ".1f"),
     ("ok", "ok", "s"),
 )
 """(title, key of a result row, format) of each column of :func:`table`."""
@@ -122,6 +136,8 @@ def _cells(row: dict[str, Any], columns: tuple[tuple[str, str, str], ...]) -> li
     shown = {**row, "spread": _spread_cell(row), "ok": f"{row['completed']}/{row['clones']}"}
     if row.get("rate_limited_share") is not None:
         shown["rate_limited_pct"] = 100 * row["rate_limited_share"]
+    if row.get("cached_share") is not None:
+        shown["cached_pct"] = 100 * row["cached_share"]
     return ["-" if shown.get(k) is None else format(shown[k], spec) for _, k, spec in columns]
 
 

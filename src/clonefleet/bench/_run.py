@@ -22,11 +22,24 @@ from clonefleet.config import Config, DurabilityConfig, ModelConfig, ProviderCon
 from clonefleet.errors import UsageError
 from clonefleet.providers import SimLimits
 
-__all__ = ["BASELINES", "SYSTEMS", "BenchParams", "run_bench", "server_limits", "steps"]
+__all__ = [
+    "BASELINES",
+    "MAX_SYSTEM_TOKENS",
+    "SYSTEMS",
+    "BenchParams",
+    "bench_config",
+    "padded_definition",
+    "run_bench",
+    "server_limits",
+    "steps",
+]
 
 BASELINES = ("floor", "actor-per-clone")
 """The baselines ``--baselines`` may name."""
 SYSTEMS = ("clonefleet", *BASELINES)
+
+MAX_SYSTEM_TOKENS = 200_000
+"""The most ``--system-tokens`` pads a definition's body with."""
 
 _ACTOR_MB_GUESS = 90.0
 """Memory of one actor before one was measured (a Ray worker process), in MB."""
@@ -76,6 +89,9 @@ class BenchParams:
     """``rpm`` of the provider in clonefleet's config (its own limit)."""
     client_tpm: int | None = None
     """``tpm`` of the provider in clonefleet's config."""
+    system_tokens: int = 0
+    """Tokens (words) of batch-wide text put ahead of the benched definition's body, so that
+    the provider's prompt cache has a shared prefix to read (0: the definition as shipped)."""
 
     @property
     def limited(self) -> bool:
@@ -97,6 +113,8 @@ class BenchParams:
             raise UsageError("--turns and --repeat take whole numbers of 1 or more")
         if self.latency_ms < 0 or self.time_limit_s <= 0:
             raise UsageError("--latency-ms must be 0 or more and the time limit positive")
+        if not 0 <= self.system_tokens <= MAX_SYSTEM_TOKENS:
+            raise UsageError(f"--system-tokens takes 0 to {MAX_SYSTEM_TOKENS:,} tokens")
         unknown = sorted(set(self.baselines) - set(BASELINES))
         if unknown:
             raise UsageError(f"unknown baseline {unknown[0]!r}; choose from {', '.join(BASELINES)}")
@@ -137,15 +155,48 @@ def server_limits(params: BenchParams) -> SimLimits | None:
     )
 
 
-def _config(params: BenchParams, base_url: str) -> Config:
+_WORDS = (
+    "shared reference text for every clone of the batch: conventions, layout, review rules, "
+    "naming, error handling, tests, logging, style, examples and the glossary of the project"
+).split()
+_BODY = """You are clone {{ clone.number }} of {{ clone.count }} in batch {{ batch_id }}, working in {{ cwd }}.
+
+Do exactly the task below, report progress with `progress_update` when you finish a step, and
+end by calling `exit_tool` with `success` and a short `summary` of what you found or changed.
+
+Task:
+{{ prompt }}"""
+_TOOLS = ["file_read", "file_write", "file_edit", "list_dir", "glob", "grep", "shell"]
+
+
+def padded_definition(tokens: int) -> dict[str, Any]:
+    """The inline definition ``--system-tokens`` benches as ``general-purpose``: the shipped
+    one's tools and instructions after ``tokens`` words of text that is the same for every
+    clone and every run (paragraphs of 200 words), so it is the batch's shared prefix."""
+    words = [_WORDS[i % len(_WORDS)] for i in range(tokens)]
+    paragraphs = [" ".join(words[i : i + 200]) for i in range(0, tokens, 200)]
+    return {
+        "description": "General-purpose subagent with a long shared system prompt (bench).",
+        "body": "\n\n".join([*paragraphs, _BODY]),
+        "tools": list(_TOOLS),
+    }
+
+
+def bench_config(params: BenchParams, base_url: str) -> Config:
+    """The config the bench gives clonefleet: the server as provider ``srv`` (with the
+    client-side limits), and with ``system_tokens`` the padded ``general-purpose``."""
     provider = ProviderConfig(
         kind="openai", base_url=base_url, rpm=params.client_rpm, tpm=params.client_tpm
+    )
+    subagents = (
+        {"general-purpose": padded_definition(params.system_tokens)} if params.system_tokens else {}
     )
     return Config(
         providers={"srv": provider},
         models={"m": ModelConfig(provider="srv", name="sim")},
         model_groups={"default": ("m",)},
         durability=DurabilityConfig(enabled=params.journal),
+        subagents=subagents,
     )
 
 
@@ -173,7 +224,7 @@ def run_bench(params: BenchParams, progress: Progress | None = None) -> dict[str
         with tempfile.TemporaryDirectory(prefix="clonefleet-bench-") as cwd:
             say("starting Ray and the warm clone hosts", 0)
             p0 = time.perf_counter()
-            fleet = Fleet(params.address, config=_config(params, server.base_url), cwd=cwd)
+            fleet = Fleet(params.address, config=bench_config(params, server.base_url), cwd=cwd)
             try:
                 startup = {"ray_start_s": round(time.perf_counter() - p0, 2)}
                 p1 = time.perf_counter()

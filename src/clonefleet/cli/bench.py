@@ -20,7 +20,8 @@ _EPILOG = """\
 Columns: makespan s (median over the repeats, from spawn to the last clone's end), min-max s
 (its spread), clones/s, x floor (makespan over the floor's), 1st req p50/p99 ms (spawn to each
 clone's first model request), CPU s/clone (this process and Ray's, the server's left out), added
-MB (peak memory added), req/s (model requests per second), min s (turns x latency), ok.
+MB (peak memory added), req/s (model requests per second), min s (turns x latency), cached %
+(the share of input tokens the provider read from its prompt cache; "-" where not known), ok.
 Against a rate limit (--rpm, --tpm) also: sent (requests over the repeats), 429s, 429 %,
 limit min s (the least makespan the limit allows) and x limit min (makespan over it).
 Exit status: 0 when every clonefleet batch completed successfully (a baseline's failures show
@@ -95,6 +96,14 @@ def add_bench_parser(sub: Any) -> None:
         metavar="LIST",
         help="baselines to measure: floor, actor-per-clone, both comma-separated (the default) "
         "or none",
+    )
+    bench.add_argument(
+        "--system-tokens",
+        type=whole_number(0),
+        default=0,
+        metavar="N",
+        help="put about N tokens of text shared by the whole batch ahead of the benched "
+        "definition's body, so the provider's prompt cache matters (default 0: none)",
     )
     _add_where(bench)
     _add_limits(bench)
@@ -227,6 +236,7 @@ def params_of(args: argparse.Namespace) -> Any:
         limit_headers=args.limit_headers,
         client_rpm=args.client_rpm,
         client_tpm=args.client_tpm,
+        system_tokens=args.system_tokens,
     )
 
 
@@ -257,6 +267,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def _print(report: dict[str, Any], text: str) -> None:
     p, s, m = report["params"], report["startup"], report["machine"]
     server = p["base_url"] if p["base_url"] else f"{p['turns']} turns x {p['latency_ms']:g} ms"
+    if p.get("system_tokens"):
+        server += f", {p['system_tokens']} shared system tokens"
     sys.stdout.write(
         f"clonefleet bench: {server}, {p['repeat']} repeats, "
         f"journal {'on' if p['journal'] else 'off'}; {m['cpus']} CPUs, "

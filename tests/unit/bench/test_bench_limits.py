@@ -9,7 +9,7 @@ import pytest
 from clonefleet.bench import BenchParams, steps, table
 from clonefleet.bench._measure import Sample
 from clonefleet.bench._report import summarise
-from clonefleet.bench._run import _config, server_limits
+from clonefleet.bench._run import bench_config, server_limits
 from clonefleet.bench._server import limit_args, parse_limits
 from clonefleet.bench._stats import batch_tokens, limit_min_makespan_s
 from clonefleet.cli.bench import limits_line
@@ -108,9 +108,9 @@ def test_the_bench_sets_the_servers_limits_and_clonefleets_own():
     params = BenchParams(rpm=1200, burst=4, limit_headers=False, client_rpm=1100, client_tpm=9000)
     assert server_limits(params) == SimLimits(rpm=1200, burst=4, headers=False)
     assert server_limits(BenchParams()) is None
-    provider = _config(params, "http://127.0.0.1:9/v1").providers["srv"]
+    provider = bench_config(params, "http://127.0.0.1:9/v1").providers["srv"]
     assert (provider.rpm, provider.tpm) == (1100, 9000)
-    assert _config(BenchParams(), "http://127.0.0.1:9/v1").providers["srv"].rpm is None
+    assert bench_config(BenchParams(), "http://127.0.0.1:9/v1").providers["srv"].rpm is None
 
 
 def test_against_a_limit_the_baselines_are_not_run():
