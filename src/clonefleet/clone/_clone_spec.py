@@ -101,7 +101,13 @@ class RunResult:
     model: str | None = None
     turns: int = 0
     usage: dict[str, int] = field(
-        default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
+        default_factory=lambda: {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "total_tokens": 0,
+            "cache_read_tokens": 0,
+            "cache_write_tokens": 0,
+        }
     )
     cause: dict[str, Any] | None = None
     """Why the run failed on its provider (docs/json.md); ``None`` otherwise."""
