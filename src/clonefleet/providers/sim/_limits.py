@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from clonefleet.providers._protocol import ModelRequest
+from clonefleet.providers.sim._prefix import text_tokens
 
 __all__ = [
     "DEFAULT_ANSWER_TOKENS",
@@ -200,7 +201,7 @@ def _snapshot(bucket: Bucket | None) -> Snapshot | None:
 def request_cost(req: ModelRequest) -> int:
     """Tokens a request counts against ``tpm``: its input, counted as the simulated model counts
     usage (words of the messages), plus its ``max_tokens`` (else ``DEFAULT_ANSWER_TOKENS``)."""
-    words = sum(len(m.content.split()) for m in req.messages)
+    words = sum(text_tokens(m.content) for m in req.messages)
     return words + (req.max_tokens if req.max_tokens else DEFAULT_ANSWER_TOKENS)
 
 

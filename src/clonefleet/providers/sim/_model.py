@@ -37,7 +37,7 @@ from clonefleet.providers.sim._limits import (
     openai_limit_headers,
     request_cost,
 )
-from clonefleet.providers.sim._prefix import request_prefixes
+from clonefleet.providers.sim._prefix import request_prefixes, text_tokens
 from clonefleet.vocab import Outcome, status_family
 
 __all__ = ["SimBrain", "SimScript", "SimStep", "SimulatedModel", "instance_from_schema"]
@@ -335,7 +335,7 @@ def step_to_response(step: SimStep, req: ModelRequest, call_number: int) -> Mode
     calls: tuple[ToolCall, ...] = ()
     if step.tool:
         calls = (ToolCall(id=f"call_{call_number}", name=step.tool, arguments=dict(step.args)),)
-    words = sum(len(m.content.split()) for m in req.messages)
+    words = sum(text_tokens(m.content) for m in req.messages)
     out = len((step.text or "").split()) + 8 * len(calls)
     return ModelResponse(
         text=step.text or "",
@@ -429,6 +429,8 @@ class SimulatedModel:
         """``response`` with the cache's reads and writes for ``req`` in its usage."""
         assert self.cache is not None
         usage = response.usage
+        if usage.input_tokens < self.cache.min_tokens:
+            return response  # too short to be written or read: no need to look
         use = self.cache.automatic(req.model, request_prefixes(req))
         if not (use.read or use.write):
             return response

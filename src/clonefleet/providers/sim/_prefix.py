@@ -10,6 +10,7 @@ the system messages into one.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import orjson
@@ -23,12 +24,40 @@ __all__ = [
     "check_cache_control",
     "openai_prefixes",
     "request_prefixes",
+    "text_tokens",
+    "word_count",
 ]
 
 MAX_BREAKPOINTS = 4
 """The most blocks with ``cache_control`` one Messages API request may carry."""
 _TTLS = ("5m", "1h")
 _PARAGRAPH = "\n\n"
+
+
+_WORD_COUNTS: dict[str, int] = {}
+"""Words of the long paragraphs seen lately: a batch's shared system prompt comes in every
+request, and hashing a string is much cheaper than splitting it into words."""
+_MAX_WORD_COUNTS = 4096
+_LONG = 512
+
+
+def word_count(text: str) -> int:
+    """``len(text.split())``, remembered for long texts."""
+    if len(text) < _LONG:
+        return len(text.split())
+    n = _WORD_COUNTS.get(text)
+    if n is None:
+        if len(_WORD_COUNTS) >= _MAX_WORD_COUNTS:
+            _WORD_COUNTS.clear()
+        n = _WORD_COUNTS[text] = len(text.split())
+    return n
+
+
+def text_tokens(text: str) -> int:
+    """Tokens of a message's text as the simulated model counts them: its words."""
+    if len(text) < _LONG:
+        return len(text.split())
+    return sum(word_count(part) for part in text.split(_PARAGRAPH))
 
 
 def _add_text(p: Prefixes, head: bytes, text: str, breakpoint: bool = False) -> None:
@@ -38,7 +67,7 @@ def _add_text(p: Prefixes, head: bytes, text: str, breakpoint: bool = False) -> 
     for i, part in enumerate(parts):
         p.add(
             head + part.encode() if i == 0 else part.encode(),
-            len(part.split()),
+            word_count(part),
             breakpoint and i == last,
         )
 
@@ -135,7 +164,7 @@ def _anthropic_block(p: Prefixes, head: bytes, block: dict[str, Any]) -> None:
     marked = "cache_control" in block or any("cache_control" in b for b in inner)
     text = "".join(str(b.get("text", "")) for b in inner)
     fields = {k: v for k, v in block.items() if k not in ("cache_control", "content")}
-    p.add(head + _dump(fields) + text.encode(), len(text.split()), marked)
+    p.add(head + _dump(fields) + text.encode(), text_tokens(text), marked)
 
 
 def _unmarked(block: dict[str, Any]) -> dict[str, Any]:
@@ -146,11 +175,12 @@ def _unmarked(block: dict[str, Any]) -> dict[str, Any]:
 
 
 def openai_prefixes(body: dict[str, Any]) -> Prefixes:
-    """The blocks of a (valid) chat-completions body: each tool, then each message's fields
-    other than its text and the paragraphs of its text."""
+    """The blocks of a (valid) chat-completions body: the tools (one block: they count no
+    tokens, so no prefix ends among them), then each message's fields other than its text and
+    the paragraphs of its text."""
     p = Prefixes()
-    for tool in body.get("tools") or []:
-        p.add(b"tool\0" + _dump(tool), 0)
+    if body.get("tools"):
+        p.add(b"tools\0" + _dump(body["tools"]), 0)
     for message in body["messages"]:
         content = message.get("content")
         if isinstance(content, list):
@@ -164,29 +194,32 @@ def openai_prefixes(body: dict[str, Any]) -> Prefixes:
 
 # -- in process ----------------------------------------------------------------------------------
 
-_TOOL_DIGESTS: dict[int, tuple[ToolSpec, bytes]] = {}
-"""The bytes of each tool spec seen, by ``id`` (the spec is kept, so its ``id`` stays its own):
-most specs are the same objects in every request of every clone of a process."""
-_MAX_TOOL_DIGESTS = 4096
+_TOOL_BLOCKS: dict[tuple[int, ...], tuple[tuple[ToolSpec, ...], bytes]] = {}
+"""The block of each list of tool specs seen, by the specs' ``id``s. The specs are kept, so
+while an entry lives no other object can have their ``id``s: most requests of every clone of a
+process list the same spec objects."""
+_MAX_TOOL_BLOCKS = 1024
 
 
-def _tool_bytes(tool: ToolSpec) -> bytes:
-    known = _TOOL_DIGESTS.get(id(tool))
-    if known is not None and known[0] is tool:
+def _tools_block(tools: tuple[ToolSpec, ...]) -> bytes:
+    key = tuple(map(id, tools))
+    known = _TOOL_BLOCKS.get(key)
+    if known is not None:
         return known[1]
-    data = b"tool\0" + _dump([tool.name, tool.description, tool.parameters])
-    if len(_TOOL_DIGESTS) >= _MAX_TOOL_DIGESTS:
-        _TOOL_DIGESTS.clear()
-    _TOOL_DIGESTS[id(tool)] = (tool, data)
-    return data
+    data = _dump([[t.name, t.description, t.parameters] for t in tools])
+    block = b"tools\0" + hashlib.blake2b(data, digest_size=16).digest()
+    if len(_TOOL_BLOCKS) >= _MAX_TOOL_BLOCKS:
+        _TOOL_BLOCKS.clear()
+    _TOOL_BLOCKS[key] = (tools, block)
+    return block
 
 
 def request_prefixes(req: ModelRequest) -> Prefixes:
-    """The blocks of an in-process request: each tool, then each message's role, call ids and
-    tool calls, and the paragraphs of its text."""
+    """The blocks of an in-process request: the tools (one block), then each message's role,
+    call ids and tool calls, and the paragraphs of its text."""
     p = Prefixes()
-    for tool in req.tools:
-        p.add(_tool_bytes(tool), 0)
+    if req.tools:
+        p.add(_tools_block(req.tools), 0)
     for m in req.messages:
         calls = [[c.id, c.name, c.arguments] for c in m.tool_calls]
         head = _dump([m.role.value, m.tool_call_id, m.name, m.is_error, calls])

@@ -204,7 +204,8 @@ class SimServer:
         """``response`` with the prompt cache's reads and writes for the request ``body`` in
         its usage (docs/prompt-cache.md), counted in the server's totals too."""
         usage = response.usage
-        if self.cache is not None:
+        # A request shorter than the cache's minimum can neither write nor read a prefix.
+        if self.cache is not None and usage.input_tokens >= self.cache.min_tokens:
             prefixes = wire.prefixes(body)
             cache = self.cache.explicit if wire.explicit else self.cache.automatic
             use = cache(response.model, prefixes)
