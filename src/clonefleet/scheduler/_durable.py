@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from clonefleet.errors import JournalError
 from clonefleet.journal import read_journal
 from clonefleet.scheduler._events import Entry, spill_records, spilled_entries
-from clonefleet.scheduler._state import JobRecord
+from clonefleet.scheduler._state import ZERO_USAGE, JobRecord
 from clonefleet.scheduler._usage import Totals
 from clonefleet.vocab import JobState
 
@@ -82,10 +82,13 @@ def _all_same(values: list[Any]) -> bool:
 
 
 def record_of(row: dict[str, Any]) -> JobRecord | None:
-    """A job record from :func:`job_row`'s output, or ``None`` when the row is unusable."""
+    """A job record from :func:`job_row`'s output, or ``None`` when the row is unusable; a
+    usage counter the row lacks (written before the prompt cache was counted) is 0."""
     try:
         values = {k: v for k, v in row.items() if k in _ROW_FIELDS}
         values["state"] = JobState(values["state"])
+        if isinstance(values.get("usage"), dict):
+            values["usage"] = {**ZERO_USAGE, **values["usage"]}
         return JobRecord(**values)
     except (KeyError, TypeError, ValueError):
         return None

@@ -17,6 +17,7 @@ from clonefleet.vocab import RUN_RECORD_FIELDS, JobState, run_record
 __all__ = [
     "TERMINAL",
     "TRANSITIONS",
+    "ZERO_USAGE",
     "JobRecord",
     "display_name",
     "known_cost",
@@ -38,6 +39,16 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
 def display_name(agent: str, clone_index: int) -> str:
     """``Agent #N`` (1-based) for ``_default``, else ``<name> #<clone index>``."""
     return f"Agent #{clone_index + 1}" if agent == "_default" else f"{agent} #{clone_index}"
+
+
+ZERO_USAGE: dict[str, int] = {
+    "input_tokens": 0,
+    "output_tokens": 0,
+    "total_tokens": 0,
+    "cache_read_tokens": 0,
+    "cache_write_tokens": 0,
+}
+"""A job's usage before it counted anything (``cache_*``: parts of ``input_tokens``)."""
 
 
 def known_cost(cost_usd: float, unpriced_tokens: int, total_tokens: int) -> float | None:
@@ -62,9 +73,8 @@ class JobRecord:
     """Id of the cluster node whose actor hosts the clone (known once it started)."""
     model: str | None = None
     turns: int = 0
-    usage: dict[str, int] = field(
-        default_factory=lambda: {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
-    )
+    usage: dict[str, int] = field(default_factory=lambda: dict(ZERO_USAGE))
+    """The counters of the usage its events counted: :data:`ZERO_USAGE`'s keys."""
     cost_usd: float = 0.0
     """Dollars of the usage its events counted on models with a ``price`` (``_usage.py``)."""
     unpriced_tokens: int = 0
@@ -133,7 +143,7 @@ class JobRecord:
         self.turns = result.get("turns", self.turns)
         self.concerns = list(result.get("concerns", self.concerns) or [])
         self.warnings = list(result.get("warnings", self.warnings) or [])
-        self.usage = dict(result.get("usage") or self.usage)
+        self.usage = {**self.usage, **(result.get("usage") or {})}  # a key it lacks: as counted
         self.model = result.get("model") or self.model
 
     def status(self) -> dict[str, Any]:

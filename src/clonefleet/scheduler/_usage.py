@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clonefleet.config import Config, Price, price_per_token
+from clonefleet.config import Config, Price, price_per_token, token_cost
 from clonefleet.scheduler._state import JobRecord, known_cost
 
 __all__ = [
@@ -26,28 +26,51 @@ __all__ = [
     "resume_usage",
 ]
 
-TOKEN_KEYS = ("input_tokens", "output_tokens", "total_tokens")
+TOKEN_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+)
+"""The counters of a job's ``usage``, in the order :meth:`UsageBook._charge` takes them."""
+_CHECKPOINTED = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+"""The counters a checkpoint's ``usage`` holds (the cache's two may be absent: 0)."""
 _UNSEEN: Any = object()
 _NONE: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
 class Totals:
-    """Usage summed over jobs: tokens, the dollars of the tokens whose model has a price, and
-    the tokens whose model has none."""
+    """Usage summed over jobs: tokens (``cache_read_tokens`` and ``cache_write_tokens`` are
+    parts of ``input_tokens``), the dollars of the tokens whose model has a price, and the
+    tokens whose model has none."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
     cost_usd: float = 0.0
     unpriced_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
-    def add(self, tin: int, tout: int, total: int, cost: float, unpriced: int) -> None:
+    def add(
+        self,
+        tin: int,
+        tout: int,
+        total: int,
+        cost: float,
+        unpriced: int,
+        read: int = 0,
+        write: int = 0,
+    ) -> None:
         self.input_tokens += tin
         self.output_tokens += tout
         self.total_tokens += total
         self.cost_usd += cost
         self.unpriced_tokens += unpriced
+        self.cache_read_tokens += read
+        self.cache_write_tokens += write
 
     def add_totals(self, other: Totals, sign: int = 1) -> None:
         self.add(
@@ -56,6 +79,8 @@ class Totals:
             sign * other.total_tokens,
             sign * other.cost_usd,
             sign * other.unpriced_tokens,
+            sign * other.cache_read_tokens,
+            sign * other.cache_write_tokens,
         )
 
     def at_least(self, other: Totals) -> None:
@@ -65,6 +90,8 @@ class Totals:
         self.total_tokens = max(self.total_tokens, other.total_tokens)
         self.cost_usd = max(self.cost_usd, other.cost_usd)
         self.unpriced_tokens = max(self.unpriced_tokens, other.unpriced_tokens)
+        self.cache_read_tokens = max(self.cache_read_tokens, other.cache_read_tokens)
+        self.cache_write_tokens = max(self.cache_write_tokens, other.cache_write_tokens)
 
     def view(self) -> dict[str, Any]:
         """As JSON (docs/json.md): ``cost_usd`` is ``None`` when none of the usage is priced."""
@@ -72,13 +99,16 @@ class Totals:
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "total_tokens": self.total_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
             "cost_usd": known_cost(self.cost_usd, self.unpriced_tokens, self.total_tokens),
             "unpriced_tokens": self.unpriced_tokens,
         }
 
     @classmethod
     def from_view(cls, data: Any) -> Totals | None:
-        """Totals from :meth:`view`'s output (as journaled), or ``None`` when unusable."""
+        """Totals from :meth:`view`'s output (as journaled), or ``None`` when unusable; a key
+        it lacks (a journal written before the prompt cache was counted) is 0."""
         if not isinstance(data, Mapping):
             return None
         try:
@@ -88,6 +118,8 @@ class Totals:
                 total_tokens=int(data.get("total_tokens") or 0),
                 cost_usd=float(data.get("cost_usd") or 0.0),
                 unpriced_tokens=int(data.get("unpriced_tokens") or 0),
+                cache_read_tokens=int(data.get("cache_read_tokens") or 0),
+                cache_write_tokens=int(data.get("cache_write_tokens") or 0),
             )
         except (TypeError, ValueError, OverflowError):
             return None
@@ -101,6 +133,8 @@ class Totals:
             total_tokens=int(usage.get("total_tokens", 0)),
             cost_usd=rec.cost_usd,
             unpriced_tokens=rec.unpriced_tokens,
+            cache_read_tokens=int(usage.get("cache_read_tokens", 0)),
+            cache_write_tokens=int(usage.get("cache_write_tokens", 0)),
         )
 
 
@@ -222,15 +256,20 @@ class UsageBook:
     def count(self, rec: JobRecord, event: Mapping[str, Any]) -> Sequence[str]:
         """Add one model response's usage (a ``usage`` event) to its job and batch; returns the
         batches whose budget it passed just now. Runs for every model response of every clone:
-        a handful of additions and one cached price."""
+        a handful of additions and one cached price. An event without the cache counters (a
+        clone of an older version) read none and wrote none."""
         tin = int(event.get("input_tokens", 0))
         tout = int(event.get("output_tokens", 0))
         total = int(event.get("total_tokens", 0))
+        read = int(event.get("cache_read_tokens", 0))
+        write = int(event.get("cache_write_tokens", 0))
         usage = rec.usage
         usage["input_tokens"] = usage.get("input_tokens", 0) + tin
         usage["output_tokens"] = usage.get("output_tokens", 0) + tout
         usage["total_tokens"] = usage.get("total_tokens", 0) + total
-        return self._charge(rec, event.get("model") or rec.model, tin, tout, total)
+        usage["cache_read_tokens"] = usage.get("cache_read_tokens", 0) + read
+        usage["cache_write_tokens"] = usage.get("cache_write_tokens", 0) + write
+        return self._charge(rec, event.get("model") or rec.model, tin, tout, total, read, write)
 
     def settle(self, rec: JobRecord, final: Mapping[str, Any] | None) -> Sequence[str]:
         """Count what a job's final usage (its clone's own count) has beyond what its events
@@ -244,7 +283,14 @@ class UsageBook:
         return self._charge(rec, rec.model, *more)
 
     def _charge(
-        self, rec: JobRecord, model: str | None, tin: int, tout: int, total: int
+        self,
+        rec: JobRecord,
+        model: str | None,
+        tin: int,
+        tout: int,
+        total: int,
+        read: int = 0,
+        write: int = 0,
     ) -> Sequence[str]:
         batch_id = rec.batch_id
         prices = self._prices.get(batch_id)
@@ -257,12 +303,14 @@ class UsageBook:
         batch.input_tokens += tin
         batch.output_tokens += tout
         batch.total_tokens += total
+        batch.cache_read_tokens += read
+        batch.cache_write_tokens += write
         if price is None:
             cost = 0.0
             rec.unpriced_tokens += total
             batch.unpriced_tokens += total
         else:
-            cost = tin * price[0] + tout * price[1]
+            cost = token_cost(price, tin, tout, read, write)
             rec.cost_usd += cost
             batch.cost_usd += cost
         return self._spend(rec, total, cost) if self.budgets else _NONE
@@ -344,14 +392,20 @@ def resume_usage(rec: JobRecord, state: Mapping[str, Any], config: Config | None
     if not isinstance(usage, Mapping):
         return
     try:
-        tin, tout = int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0)
+        tin, tout, read, write = (int(usage.get(k) or 0) for k in _CHECKPOINTED)
     except (TypeError, ValueError):
         return
     if tin + tout <= rec.usage.get("total_tokens", 0):
         return
-    rec.usage = {"input_tokens": tin, "output_tokens": tout, "total_tokens": tin + tout}
+    rec.usage = {
+        "input_tokens": tin,
+        "output_tokens": tout,
+        "total_tokens": tin + tout,
+        "cache_read_tokens": read,
+        "cache_write_tokens": write,
+    }
     price = price_per_token(config, rec.model) if config is not None else None
     if price is None:
         rec.cost_usd, rec.unpriced_tokens = 0.0, tin + tout
     else:
-        rec.cost_usd, rec.unpriced_tokens = tin * price[0] + tout * price[1], 0
+        rec.cost_usd, rec.unpriced_tokens = token_cost(price, tin, tout, read, write), 0
