@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from clonefleet.cli.cluster import add_address_options, connect, journal_dir
 from clonefleet.cli.console import EXIT_FAILED, EXIT_OK, make_console, print_result, whole_number
+from clonefleet.cli.summary import cache_share
 from clonefleet.config import printable
 from clonefleet.errors import ClonefleetError
 from clonefleet.vocab import succeeded
@@ -190,7 +191,10 @@ def _jobs_status(fleet: Fleet, args: argparse.Namespace) -> int:
             why += (
                 f" cause: {printable(str(cause['summary']))} ({cause.get('attempts', 0)} attempts)"
             )
-        spent = f"tokens={s['usage'].get('total_tokens', 0)} cost={dollars(s.get('cost_usd'))}"
+        usage = s["usage"]
+        spent = f"tokens={usage.get('total_tokens', 0)} cost={dollars(s.get('cost_usd'))}"
+        if usage.get("cache_read_tokens"):
+            spent += f" cached={usage['cache_read_tokens']}"
         print_result(
             s,
             args.json,
@@ -347,12 +351,15 @@ def dollars(cost: float | None) -> str:
 
 
 def totals_lines(totals: dict[str, Any]) -> list[str]:
-    """One line per batch of the page and one for the fleet: tokens, cost and budget."""
+    """One line per batch of the page and one for the fleet: tokens, the share of input read
+    from the prompt cache (when some was), cost and budget."""
 
     def usage(t: dict[str, Any]) -> str:
+        read = t.get("cache_read_tokens") or 0
+        cached = f", cached {cache_share(read, t['input_tokens'])}" if read else ""
         line = (
-            f"{t['total_tokens']:,} tokens (in {t['input_tokens']:,}, out {t['output_tokens']:,})"
-            f", cost {dollars(t['cost_usd'])}"
+            f"{t['total_tokens']:,} tokens (in {t['input_tokens']:,}{cached},"
+            f" out {t['output_tokens']:,}), cost {dollars(t['cost_usd'])}"
         )
         if t["unpriced_tokens"] and t["cost_usd"] is not None:
             line += f" (+{t['unpriced_tokens']:,} tokens on models without a price)"

@@ -1,10 +1,11 @@
 """The end of ``clonefleet run`` (docs/cli.md): the summary for people, and the ``--out`` file.
 
 The summary counts the batch as a whole (by status, outcome, stop reason and model; turns,
-tokens, cost and the requests providers refused for their rate), counts the failures by cause (``12 failed: HTTP 401 invalid_api_key on model
-x``), lists the first failures with their errors and names a command that lists
-the rest; the per-job table is printed only for small batches or on request. :class:`RecordFile`
-appends one ``run --json`` record per line as each job ends.
+tokens, the share of input read from the prompt cache, cost and the requests providers refused
+for their rate), counts the failures by cause (``12 failed: HTTP 401 invalid_api_key on model
+x``), lists the first failures with their errors and names a command that lists the rest;
+the per-job table is printed only for small batches or on request. :class:`RecordFile` appends
+one ``run --json`` record per line as each job ends.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "TABLE_UP_TO",
     "RecordFile",
     "RunEnd",
+    "cache_share",
     "cause_lines",
     "keep_failures",
     "refusals_text",
@@ -147,14 +149,30 @@ def _counted(values: Sequence[Any]) -> str:
     return ", ".join(f"{n:,} {printable(name)}" for name, n in ordered) or "-"
 
 
+_PRICED = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+"""The usage counters a cost is made of (docs/json.md)."""
+
+
+def cache_share(read: int, tin: int) -> str:
+    """``92%``: the share of ``tin`` input tokens that were ``read`` from the prompt cache
+    (``<1%`` for some, ``>99%`` for nearly all)."""
+    share = read / tin if tin > 0 else 0.0
+    if 0 < share < 0.005:
+        return "<1%"
+    if 0.995 <= share < 1:
+        return ">99%"
+    return f"{share:.0%}"
+
+
 def _cost(records: Sequence[dict[str, Any]], config: Config) -> str | None:
-    """The cost of the batch's usage, or ``None`` when no model it used has a price."""
+    """The cost of the batch's usage (cache reads and writes at their own prices), or ``None``
+    when no model it used has a price."""
     by_model: dict[Any, Counter[str]] = {}
     for r in records:
         usage = r.get("usage") or {}
         tokens = by_model.setdefault(r.get("model"), Counter())
-        tokens["input_tokens"] += int(usage.get("input_tokens", 0))
-        tokens["output_tokens"] += int(usage.get("output_tokens", 0))
+        for key in _PRICED:
+            tokens[key] += int(usage.get(key) or 0)
     known, unpriced = 0.0, []
     for model, tokens in by_model.items():
         cost = usage_cost(config, model, tokens)
@@ -191,6 +209,15 @@ def _totals(end: RunEnd, config: Config) -> list[RenderableType]:
             f" · total {tokens['total_tokens']:,}",
         )
     )
+    read = tokens["cache_read_tokens"]
+    if read:
+        rows.append(
+            (
+                "cached",
+                f"{cache_share(read, tokens['input_tokens'])} of input · read {read:,}"
+                f" · written {tokens['cache_write_tokens']:,}",
+            )
+        )
     cost = _cost(records, config)
     if cost is not None:
         rows.append(("cost", cost))

@@ -248,3 +248,35 @@ def test_run_refuses_a_bad_out_before_ray_starts(tmp_path, monkeypatch, capsys, 
     assert cli.main(argv) == 2
     assert message in capsys.readouterr().err
     assert not list(tmp_path.glob("*.jsonl"))
+
+
+def test_summary_says_how_much_input_the_cache_gave_and_prices_it_so():
+    config = Config(
+        models={
+            "sim-small": {
+                "provider": "sim",
+                "name": "sim-small",
+                "price": {
+                    "input_per_mtok": 3.0,
+                    "output_per_mtok": 15.0,
+                    "cached_input_per_mtok": 0.3,
+                    "cache_write_per_mtok": 3.75,
+                },
+            }
+        }
+    )
+    usage = {
+        "input_tokens": 1000,
+        "output_tokens": 100,
+        "total_tokens": 1100,
+        "cache_read_tokens": 920,
+        "cache_write_tokens": 50,
+    }
+    small = [record(i, usage=usage) for i in range(1, 8, 2)]  # 4 jobs on sim-small
+    text = render(summary(end_of(small), config))
+    assert "cached       92% of input · read 3,680 · written 200" in text
+    # 4 x (30 plain x $3 + 100 out x $15 + 920 read x $0.30 + 50 written x $3.75) per million
+    assert "cost         $0.0082" in text
+    # Nothing read from the cache: no such line.
+    text = render(summary(end_of([record(i) for i in range(1, 8, 2)]), config))
+    assert "cached" not in text and "cost         $0.0180" in text

@@ -89,3 +89,57 @@ def test_status_lines_show_tokens_and_cost(view, capsys):
     assert _jobs_status(view, args(ids=[job])) == 0
     line = capsys.readouterr().out
     assert f"{job} " in line and " tokens=" in line and " cost=$0.00" in line
+
+
+CACHED = Config(
+    models={
+        "sim-small": {
+            "provider": "sim",
+            "name": "sim-small",
+            "price": {"input_per_mtok": 3.0, "output_per_mtok": 15.0, "cached_input_per_mtok": 0.3},
+        }
+    },
+    providers={"sim": {"kind": "simulated", "simulated": {"cache_min_tokens": 1}}},
+)
+"""A priced model on a simulated provider that caches every prefix."""
+
+
+@pytest.fixture
+async def cached_view(tmp_path) -> JournalView:
+    """The journal of a finished batch of 2 jobs of 3 turns each, whose later requests read
+    their earlier turns from the simulated provider's cache."""
+    journal, _ = Journal.open(tmp_path / "j")
+    journal.start_background(0.01)
+    core = SchedulerCore(LocalHosts(), durable=Durable(journal))
+    steps = [{"tool": "progress_update", "args": {"summary": f"step {i}"}} for i in range(3)]
+    out = await core.submit(make_submission(core, 2, config=CACHED, script={"default": steps}))
+    assert (await core.job_block(out["job_ids"], timeout_seconds=10))["done"]
+    await core.aclose()
+    await journal.aclose()
+    return JournalView(tmp_path / "j")
+
+
+def test_json_totals_and_the_table_count_the_tokens_read_from_the_cache(cached_view, capsys):
+    assert _jobs_list(cached_view, args(json=True)) == 0
+    listing = json.loads(capsys.readouterr().out)
+    (batch,) = listing["totals"]["batches"].values()
+    for key in ("input_tokens", "cache_read_tokens", "cache_write_tokens"):
+        assert batch[key] == sum(j["usage"][key] for j in listing["jobs"]) > 0
+        assert listing["totals"]["fleet"][key] == batch[key]
+    assert batch["cache_read_tokens"] + batch["cache_write_tokens"] <= batch["input_tokens"]
+    # Cost at the cached price: plain input, output, reads at a tenth, writes as plain input.
+    read, write = batch["cache_read_tokens"], batch["cache_write_tokens"]
+    plain = batch["input_tokens"] - read
+    expected = (plain * 3.0 + batch["output_tokens"] * 15.0 + read * 0.3) / 1e6
+    assert batch["cost_usd"] == pytest.approx(expected)
+    assert (
+        write > 0
+        and batch["cost_usd"] < (batch["input_tokens"] * 3.0 + 15.0 * batch["output_tokens"]) / 1e6
+    )
+    share = round(100 * read / batch["input_tokens"])
+    assert _jobs_list(cached_view, args()) == 0
+    out = capsys.readouterr().out
+    assert f", cached {share}%, out " in out and out.count(f"cached {share}%") == 2
+    job = listing["jobs"][0]
+    assert _jobs_status(cached_view, args(ids=[job["job_id"]])) == 0
+    assert f" cached={job['usage']['cache_read_tokens']}" in capsys.readouterr().out
