@@ -55,7 +55,14 @@ RESULT_LIMIT = 20_000
 """Characters kept of a finished job's result, as text."""
 STATES = tuple(s.value for s in JobState)
 _JOB_ID = re.compile(r"sa_[0-9a-f]{8}")
-_TOKENS = ("input_tokens", "output_tokens", "total_tokens")
+_TOKENS = (
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+)
+"""The usage counters shown (the cache's two are parts of ``input_tokens``; absent = 0)."""
 _DETAIL_ONLY = frozenset({"result", "salvaged", "nonconforming", "concerns", "warnings", "cause"})
 """Run-record fields only a job's detail shows."""
 _ROW_FIELDS = tuple(f for f in RUN_RECORD_FIELDS if f not in _DETAIL_ONLY) + (

@@ -226,6 +226,38 @@ def test_the_schedulers_totals_give_cost_and_budgets():
     assert new["cost_usd"] is None and new["budget"] is None and new["usage"]["total_tokens"] == 24
 
 
+CACHE_KEYS = ("cache_read_tokens", "cache_write_tokens")
+
+
+async def test_the_json_counts_tokens_read_from_and_written_to_the_cache(served):
+    source, client, _ = served
+    cached = {"input_tokens": 10, "output_tokens": 2, "total_tokens": 12}
+    cached.update(cache_read_tokens=8, cache_write_tokens=1)
+    source.jobs["sa_00000001"]["usage"] = cached  # the others are records without the keys
+    fleet = {"input_tokens": 900, "output_tokens": 100, "total_tokens": 1000}
+    fleet.update(cache_read_tokens=600, cache_write_tokens=50)
+    source.totals = {
+        "fleet": {**fleet, "cost_usd": 0.25, "unpriced_tokens": 0},
+        "batches": {"b_00000002": {**fleet, "jobs": 2, "cost_usd": 0.25, "budget": None}},
+    }
+    await get_when_ready(client, "/api/usage")
+    for _ in range(100):  # a snapshot read after the change (bounded polling, 50 ms steps)
+        usage = (await client.get("/api/usage")).json()["usage"]
+        if usage["cache_read_tokens"]:
+            break
+        await asyncio.sleep(0.05)
+    assert [usage[k] for k in CACHE_KEYS] == [600, 50]  # the scheduler's fleet totals
+    batches = {b["batch_id"]: b for b in (await client.get("/api/batches")).json()["batches"]}
+    assert [batches["b_00000002"]["usage"][k] for k in CACHE_KEYS] == [600, 50]
+    assert [batches["b_00000001"]["usage"][k] for k in CACHE_KEYS] == [8, 1]  # summed here
+    rows = {j["job_id"]: j for j in (await client.get("/api/jobs")).json()["jobs"]}
+    assert [rows["sa_00000001"]["usage"][k] for k in CACHE_KEYS] == [8, 1]
+    assert [rows["sa_00000002"]["usage"][k] for k in CACHE_KEYS] == [0, 0]
+    source.totals = None  # a source without totals: summed over the rows
+    snap = read_snapshot(source, clock=lambda: 5.0)
+    assert [snap.usage[k] for k in CACHE_KEYS] == [8, 1]
+
+
 def test_a_large_fleet_is_read_less_often():
     calls = BlockingCalls(1, 1.0)
     live = Live(FakeSource(), calls, DashboardOptions(refresh_s=1.0))

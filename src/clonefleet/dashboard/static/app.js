@@ -42,6 +42,11 @@
   const num = (n) => (typeof n === "number" ? n.toLocaleString("en-US") : "–");
   const clock = (ts) => (ts ? new Date(ts * 1000).toLocaleTimeString() : "–");
   const cost = (c) => (typeof c === "number" ? `$${c.toFixed(4)}` : "–");
+  // The share of input tokens read from the prompt cache ("–" when none was).
+  const cached = (u) =>
+    u.cache_read_tokens > 0 && u.input_tokens > 0
+      ? `${Math.round((100 * u.cache_read_tokens) / u.input_tokens)}%`
+      : "–";
 
   function elapsed(start, end) {
     if (!start) return "–";
@@ -100,6 +105,7 @@
       ["input tokens", num(usage.input_tokens)],
       ["output tokens", num(usage.output_tokens)],
       ["total tokens", num(usage.total_tokens)],
+      ["cached input", cached(usage)],
       ["cost", cost(usage.cost_usd)],
     ];
     $("usage").replaceChildren(
@@ -286,6 +292,12 @@
       ["model", job.model],
       ["turns", num(job.turns)],
       ["tokens", `${num(u.input_tokens)} in, ${num(u.output_tokens)} out`],
+      [
+        "cached",
+        u.cache_read_tokens > 0
+          ? `${num(u.cache_read_tokens)} read (${cached(u)} of input), ${num(u.cache_write_tokens)} written`
+          : null,
+      ],
       ["cost", typeof job.cost_usd === "number" ? cost(job.cost_usd) : null],
       ["host", job.host],
       ["restarts", num(job.restarts)],
