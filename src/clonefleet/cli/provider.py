@@ -70,6 +70,10 @@ def add_provider_parser(sub: Any) -> None:
         action="store_false",
         help="send no rate-limit headers and no retry-after: a 429 has only its status and body",
     )
+    _add_cache(serve)
+
+
+def _add_cache(serve: argparse.ArgumentParser) -> None:
     cache = serve.add_argument_group(
         "prompt cache",
         "prefixes seen are read back as cache reads, per model: written at cache_control "

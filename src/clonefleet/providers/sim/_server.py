@@ -342,10 +342,7 @@ async def start_server(
         limits = SimLimits(rpm=rpm, tpm=tpm, burst=burst, headers=limit_headers)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if not cache_ttl_s >= 0 or cache_min_tokens < 1:
-        raise UsageError(
-            "the cache's ttl must be 0 or more seconds and its minimum 1 or more tokens"
-        )
+    _check_cache(cache_ttl_s, cache_min_tokens)
     if script is not None and not isinstance(script, SimScript):
         script = SimScript.load(Path(script))
     brain = SimBrain(script=script, seed=seed, fail_rate=fail_rate, rate_429=rate_429)
@@ -359,6 +356,18 @@ async def start_server(
         cache_ttl_s=cache_ttl_s,
         cache_min_tokens=cache_min_tokens,
     )
+    return await _listen(state, host, port)
+
+
+def _check_cache(ttl_s: float, min_tokens: int) -> None:
+    if not ttl_s >= 0 or min_tokens < 1:
+        raise UsageError(
+            "the cache's ttl must be 0 or more seconds and its minimum 1 or more tokens"
+        )
+
+
+async def _listen(state: SimServer, host: str, port: int) -> tuple[web.AppRunner, int]:
+    """Serve ``state`` on ``host:port``: ``(runner, bound port)``."""
     runner = web.AppRunner(
         state.app(), handler_cancellation=True, shutdown_timeout=2.0, access_log=None
     )
@@ -369,8 +378,7 @@ async def start_server(
     except BaseException:
         await runner.cleanup()
         raise
-    bound_port = runner.addresses[0][1]
-    return runner, bound_port
+    return runner, runner.addresses[0][1]
 
 
 def serve_main(
