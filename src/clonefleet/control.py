@@ -108,8 +108,9 @@ class UsageTotals(TypedDict):
     """Token usage and cost summed per batch and for the fleet (``docs/json.md``)."""
 
     fleet: dict[str, Any]
-    """``input_tokens``, ``output_tokens``, ``total_tokens``, ``cost_usd``, ``unpriced_tokens``
-    of every batch in the table."""
+    """``input_tokens``, ``output_tokens``, ``total_tokens``, ``cache_read_tokens``,
+    ``cache_write_tokens`` (both parts of ``input_tokens``), ``cost_usd`` (cache reads and writes
+    at their own prices), ``unpriced_tokens`` of every batch in the table."""
     batches: dict[str, dict[str, Any]]
     """The same per batch, plus ``jobs`` and ``budget``, for each batch with a job in the page
     (or the batch filtered on)."""
@@ -146,9 +147,17 @@ class JobControl(Protocol):
         The child batch inherits its parent batch's config, simulation script and definitions;
         its launch directory defaults to the parent's and may not leave it.
 
+        A fork spawn (a parent whose subagent provider is ``fork``) runs the parent's own
+        definition, one level down as any child, starting from the parent's completed turns
+        (``docs/prompt-cache.md``, "Fork spawns").
+
         Args:
             request: the ``subagent`` tool's arguments: ``prompt``, ``subagent_type``
-                (default ``_default``), ``count``, ``model_override``, ``cwd``.
+                (default ``_default``), ``count``, ``model_override``, ``cwd``; for a fork also
+                ``fork``: the parent's completed turns as plain messages (``messages``, the
+                checkpoint's shape), the tools it shows in full (``visible``) and the model it
+                is on (``model``), which the fork tool adds (``subagent_type`` and
+                ``model_override`` are then not read).
             parent_job_id: the spawning job; it must be running.
 
         Returns:
@@ -156,7 +165,8 @@ class JobControl(Protocol):
 
         Raises:
             UnknownJobError: no such parent job.
-            UsageError: parent not running, depth past ``limits.max_depth``, bad count or cwd.
+            UsageError: parent not running, depth past ``limits.max_depth``, bad count or cwd,
+                a malformed ``fork`` part or one from a parent that does not fork.
             DefinitionError: unknown agent or render failure (nothing started).
         """
         ...
