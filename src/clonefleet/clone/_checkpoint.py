@@ -133,6 +133,8 @@ def checkpoint_data(job_id: str, state: CloneState) -> dict[str, Any]:
         "usage": {
             "input_tokens": state.usage.input_tokens,
             "output_tokens": state.usage.output_tokens,
+            "cache_read_tokens": state.usage.cache_read_tokens,
+            "cache_write_tokens": state.usage.cache_write_tokens,
         },
         "messages": [message_json(m) for m in state.messages],
         "summary": list(state.summary),
@@ -214,6 +216,8 @@ def read_checkpoint(
         usage=Usage(
             input_tokens=_count(usage.get("input_tokens"), "input_tokens"),
             output_tokens=_count(usage.get("output_tokens"), "output_tokens"),
+            cache_read_tokens=_count(usage.get("cache_read_tokens", 0), "cache_read_tokens"),
+            cache_write_tokens=_count(usage.get("cache_write_tokens", 0), "cache_write_tokens"),
         ),
         messages=messages,
         summary=_strings(data.get("summary"), "summary"),

@@ -98,7 +98,12 @@ async def test_snapshot_is_plain_data_that_survives_msgpack():
     assert state["visible"] == ["file_read", "glob"] and state["summary"]  # compacted once
     assert state["judge"]["status_retries"] == 2 and state["judge"]["streak"] == 1
     assert state["progress"] == {"summary": "started", "nested": {"a": [1, 2.5, None]}}
-    assert state["usage"] == {"input_tokens": 40, "output_tokens": 40}
+    assert state["usage"] == {
+        "input_tokens": 40,
+        "output_tokens": 40,
+        "cache_read_tokens": 0,
+        "cache_write_tokens": 0,
+    }
     assert state["model_name"] == "sim-small" and state["failover"] is None
 
 
