@@ -191,7 +191,8 @@ async def test_a_journal_written_before_the_cache_was_counted_restores_and_reads
     for record in records:
         old.append(_without_cache_keys(record))
     old.close()
-    assert "cache_read_tokens" not in repr(read_journal(tmp_path / "old").records)
+    rows = [r for r in read_journal(tmp_path / "old").records if r["k"] in ("batch", "end")]
+    assert rows and "cache_read_tokens" not in repr(rows)
 
     core2, journal2, table = open_journaled_core(tmp_path / "old", LocalHosts())
     restore(core2, table)
