@@ -234,3 +234,24 @@ async def test_a_failed_fork_child_gives_the_exact_error_text(tmp_path, reason, 
     await Clone(spec, model, control=Failing(model, spec)).run()
     (message,) = got
     assert message.is_error and message.content == text
+
+
+@pytest.mark.timeout(10)
+async def test_a_background_fork_returns_job_ids_as_a_spawn_does(tmp_path):
+    answers: list[str] = []
+
+    class Background(ForkControl):
+        async def spawn_nested(self, request: dict[str, Any], parent_job_id: str) -> Any:
+            assert fork_of(request, self.parent) is not None and "background" not in request
+            return {"batch_id": "b_child", "job_ids": ["sa_c0000000", "sa_c0000001"]}
+
+    def answer(req: ModelRequest) -> ModelResponse:
+        if not any(m.role is Role.ASSISTANT for m in req.messages):
+            return reply("", fork_call(count=2, background=True))
+        answers.append(req.messages[-1].content)
+        return reply("launched")
+
+    model = FunctionModel(answer)
+    spec = fork_spec(cwd=str(tmp_path))
+    assert (await Clone(spec, model, control=Background(model, spec)).run()).result == "launched"
+    assert answers == ['{"batch_id": "b_child", "job_ids": ["sa_c0000000", "sa_c0000001"]}']
