@@ -261,14 +261,16 @@ class UsageBook:
         tin = int(event.get("input_tokens", 0))
         tout = int(event.get("output_tokens", 0))
         total = int(event.get("total_tokens", 0))
-        read = int(event.get("cache_read_tokens", 0))
-        write = int(event.get("cache_write_tokens", 0))
+        read = event.get("cache_read_tokens", 0)
+        write = event.get("cache_write_tokens", 0)
         usage = rec.usage
         usage["input_tokens"] = usage.get("input_tokens", 0) + tin
         usage["output_tokens"] = usage.get("output_tokens", 0) + tout
         usage["total_tokens"] = usage.get("total_tokens", 0) + total
-        usage["cache_read_tokens"] = usage.get("cache_read_tokens", 0) + read
-        usage["cache_write_tokens"] = usage.get("cache_write_tokens", 0) + write
+        if read or write:
+            read, write = int(read), int(write)
+            usage["cache_read_tokens"] = usage.get("cache_read_tokens", 0) + read
+            usage["cache_write_tokens"] = usage.get("cache_write_tokens", 0) + write
         return self._charge(rec, event.get("model") or rec.model, tin, tout, total, read, write)
 
     def settle(self, rec: JobRecord, final: Mapping[str, Any] | None) -> Sequence[str]:
@@ -303,14 +305,22 @@ class UsageBook:
         batch.input_tokens += tin
         batch.output_tokens += tout
         batch.total_tokens += total
-        batch.cache_read_tokens += read
-        batch.cache_write_tokens += write
+        cached = read or write
+        if cached:
+            batch.cache_read_tokens += read
+            batch.cache_write_tokens += write
         if price is None:
             cost = 0.0
             rec.unpriced_tokens += total
             batch.unpriced_tokens += total
         else:
-            cost = token_cost(price, tin, tout, read, write)
+            # config.token_cost, inlined: this runs for every model response
+            cost = tout * price[1]
+            if cached:
+                plain = tin - read - write
+                cost += (plain if plain > 0 else 0) * price[0] + read * price[2] + write * price[3]
+            else:
+                cost += tin * price[0]
             rec.cost_usd += cost
             batch.cost_usd += cost
         return self._spend(rec, total, cost) if self.budgets else _NONE
