@@ -6,7 +6,8 @@ the fully rendered launch metadata of one clone; retries and failover never re-r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from clonefleet.clone.tools._table import Tool
@@ -29,9 +30,6 @@ class CloneSpec:
     instructions: str
     """Rendered definition body (the system prompt after the identity block): the paragraphs
     every clone of the batch shares."""
-    instructions_own: str = ""
-    """The rest of this clone's rendered body, where the template varies per clone (a body
-    using ``{{ prompt }}`` or ``clone.*``); sent after the shared part."""
     task: str
     """Rendered task: the clone's first user message."""
     skills: tuple[tuple[str, str], ...] = ()
@@ -79,6 +77,44 @@ class CloneSpec:
     seed_messages: tuple[Message, ...] = ()
     """A fork child's start: its parent's completed turns, which its task follows (empty: the
     clone starts from its definition's prompt; docs/prompt-cache.md, "Fork spawns")."""
+    instructions_own: str = ""
+    """The rest of this clone's rendered body, where the template varies per clone (a body
+    using ``{{ prompt }}`` or ``clone.*``); sent after the shared part."""
+
+    def __setstate__(self, state: list[Any]) -> None:
+        # A spec pickled by an older release (a journal written before an upgrade) has fewer
+        # fields: new fields are only ever added at the end, and get their defaults.
+        names = _FIELDS or _fields_of(type(self))
+        for (name, _), value in zip(names, state, strict=False):
+            object.__setattr__(self, name, value)
+        for name, default in names[len(state) :]:
+            object.__setattr__(self, name, default())
+
+
+_FIELDS: list[tuple[str, Callable[[], Any]]] = []
+
+
+def _fields_of(cls: type) -> list[tuple[str, Callable[[], Any]]]:
+    """``(name, default maker)`` of each field of ``cls``, in order (kept in :data:`_FIELDS`)."""
+    for f in fields(cls):
+        if f.default is not MISSING:
+            _FIELDS.append((f.name, _constant(f.default)))
+        elif f.default_factory is not MISSING:
+            _FIELDS.append((f.name, f.default_factory))
+        else:
+            _FIELDS.append((f.name, _missing(f.name)))
+    return _FIELDS
+
+
+def _constant(value: Any) -> Callable[[], Any]:
+    return lambda: value
+
+
+def _missing(name: str) -> Callable[[], Any]:
+    def fail() -> Any:
+        raise TypeError(f"a pickled CloneSpec has no {name!r}")
+
+    return fail
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
