@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from clonefleet.config import Config
+from clonefleet.config import Config, price_per_token, token_cost
 from clonefleet.journal import Journal, read_journal
 from clonefleet.scheduler import JobRecord, JournalView
 from clonefleet.scheduler._recovery import restore
@@ -213,3 +213,23 @@ def _same_but_cache(before: dict[str, Any], after: dict[str, Any]) -> None:
     for key in ("input_tokens", "output_tokens", "total_tokens", "cost_usd", "unpriced_tokens"):
         assert after[key] == pytest.approx(before[key]), key
     assert [after[k] for k in CACHE_KEYS] == [0, 0]
+
+
+@pytest.mark.parametrize(
+    ("tin", "tout", "read", "write"),
+    [
+        (1_000, 10, 0, 0),
+        (1_000, 10, 900, 0),
+        (1_000, 10, 0, 1_000),
+        (1_000, 10, 600, 300),
+        (100, 10, 90, 50),
+    ],  # the last: more cached than sent (no plain input is paid back)
+)
+def test_each_response_costs_what_config_token_cost_says(tin, tout, read, write):
+    book = UsageBook({})
+    book.add_batch("b_00000001", config(PRICE))
+    rec = job()
+    book.count(rec, usage_event(tin, tout, read, write))
+    price = price_per_token(config(PRICE), "m")
+    assert price is not None
+    assert rec.cost_usd == pytest.approx(token_cost(price, tin, tout, read, write), abs=1e-15)
