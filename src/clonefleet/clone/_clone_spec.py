@@ -81,6 +81,10 @@ class CloneSpec:
     """The rest of this clone's rendered body, where the template varies per clone (a body
     using ``{{ prompt }}`` or ``clone.*``); sent after the shared part."""
 
+    cache_key: str | None = None
+    """What routes its requests to one prompt cache (``prompt_cache_key``): ``None`` = its
+    batch's id; a fork child's is its parent's, whose cached prefix it shares."""
+
     def __setstate__(self, state: list[Any]) -> None:
         # A spec pickled by an older release (a journal written before an upgrade) has fewer
         # fields: new fields are only ever added at the end, and get their defaults.

@@ -368,6 +368,7 @@ class Clone:
             metadata={
                 "clone_index": self.spec.clone_index,
                 "batch_id": self.spec.batch_id,
+                "cache_key": self.spec.cache_key or self.spec.batch_id,
                 "job_id": self.spec.job_id,
                 "agent": self.spec.agent,
             },

@@ -66,6 +66,7 @@ class Fork:
             allow_subagent_spawn=p.allow_subagent_spawn,
             subagent_provider=p.subagent_provider,
             seed_messages=self.messages,
+            cache_key=p.cache_key or p.batch_id,
         )
 
 

@@ -98,7 +98,7 @@ class OpenAIModel:
         if exc.status != 400:
             return False
         text = f"{exc.error_type} {exc.body}".lower()
-        if self.prompt_cache and req.metadata.get("batch_id") and "prompt_cache_key" in text:
+        if self.prompt_cache and _cache_key(req) and "prompt_cache_key" in text:
             self.prompt_cache = False
             return True
         if (
@@ -125,7 +125,7 @@ def openai_payload(
     req: ModelRequest, *, prompt_cache: bool = True, max_tokens_param: str = "max_tokens"
 ) -> dict[str, Any]:
     """The chat-completions request body for ``req``: the answer cap in ``max_tokens_param``,
-    and with ``prompt_cache`` the batch id as ``prompt_cache_key``."""
+    and with ``prompt_cache`` the clone's cache key (else the batch id) as ``prompt_cache_key``."""
     system = "\n\n".join(m.content for m in req.messages if m.role is Role.SYSTEM and m.content)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     messages += [_openai_message(m) for m in req.messages if m.role is not Role.SYSTEM]
@@ -137,10 +137,17 @@ def openai_payload(
     user = clone_user(req.metadata)
     if user is not None:
         payload["user"] = user
-    batch = req.metadata.get("batch_id")
-    if prompt_cache and batch:
-        payload["prompt_cache_key"] = str(batch)
+    key = _cache_key(req)
+    if prompt_cache and key:
+        payload["prompt_cache_key"] = key
     return payload
+
+
+def _cache_key(req: ModelRequest) -> str | None:
+    """The request's ``prompt_cache_key``: its clone's cache key (a fork child's is its
+    parent's), else its batch id; ``None`` without either."""
+    key = req.metadata.get("cache_key") or req.metadata.get("batch_id")
+    return str(key) if key else None
 
 
 def clone_user(metadata: Mapping[str, Any]) -> str | None:

@@ -12,7 +12,7 @@ import pytest
 from clonefleet.clone import FORK_DESCRIPTION, Clone, CloneSpec, job_tools
 from clonefleet.clone.tools._jobs import ForkSource
 from clonefleet.planning import fork_of
-from clonefleet.providers import Message, ModelRequest, ModelResponse, Role
+from clonefleet.providers import Message, ModelRequest, ModelResponse, Role, openai_payload
 from clonefleet.testing import FunctionModel, call, make_spec, reply
 from clonefleet.vocab import STOP_ERRORS, StopReason, stop_error
 
@@ -131,6 +131,9 @@ async def test_the_child_starts_from_the_parents_previous_request_byte_for_byte(
         Message(role=Role.USER, content="review what we found", pinned=True),
     )
     assert first.tools == forking.tools and first.model == forking.model
+    # Both go to one prompt cache: the child's prompt_cache_key is its parent's.
+    assert first.metadata["cache_key"] == forking.metadata["cache_key"] == spec.batch_id
+    assert openai_payload(first)["prompt_cache_key"] == spec.batch_id
     # The in-flight turn (the fork call, the progress update answered in it) is not inherited.
     inherited = [c.name for m in first.messages for c in m.tool_calls]
     assert inherited == ["list_dir"]
