@@ -247,18 +247,18 @@ def figures(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 _COST = re.compile(r"^cost\s+\$([0-9][0-9,]*\.?[0-9]*)")
-_CACHED = re.compile(r"^cached\s+([0-9.]+)% of input")
+_CACHED = re.compile(r"^cached\s+([<>]?[0-9.]+%) of input")
 
 
 def _summary(out: str) -> dict[str, Any]:
-    """The run summary's ``cached`` and ``cost`` lines (on stdout) as printed, and their
-    figures (``None`` where the summary has no such line)."""
-    found: dict[str, Any] = {"cached_line": None, "cached_pct": None}
+    """The run summary's ``cached`` and ``cost`` lines (on stdout) as printed, the share as
+    shown (``92%``, ``>99%``) and the dollars (``None`` where the summary has no such line)."""
+    found: dict[str, Any] = {"cached_line": None, "cached_shown": None}
     found.update({"cost_line": None, "cost_usd": None})
     for line in out.splitlines():
         text = line.strip()
         if (m := _CACHED.match(text)) is not None:
-            found.update(cached_line=text, cached_pct=float(m.group(1)))
+            found.update(cached_line=text, cached_shown=m.group(1))
         elif (m := _COST.match(text)) is not None:
             found.update(cost_line=text, cost_usd=float(m.group(1).replace(",", "")))
     return found
@@ -279,7 +279,7 @@ def table(rows: list[dict[str, Any]]) -> None:
     """The results as a plain table on stdout."""
     heads = ["mode", "N", "ok", "wall s", "input tok", "cache read", "cache write"]
     heads += ["cached %", "after 1st %", "paid $", "no cache $", "saved %"]
-    heads += ["summary cached %", "summary $"]
+    heads += ["summary cached", "summary $"]
     lines = [heads]
     for r in rows:
         pct = lambda v: None if v is None else 100 * v  # noqa: E731
@@ -297,7 +297,7 @@ def table(rows: list[dict[str, Any]]) -> None:
                 _cell(r["cost_paid_usd"], ".4f"),
                 _cell(r["cost_without_cache_usd"], ".4f"),
                 _cell(pct(r["saved_share"]), ".1f"),
-                _cell(r["summary"]["cached_pct"], ".0f"),
+                _cell(r["summary"]["cached_shown"]),
                 _cell(r["summary"]["cost_usd"], ".4f"),
             ]
         )
