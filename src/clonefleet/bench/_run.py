@@ -21,6 +21,7 @@ from clonefleet.bench._server import Server
 from clonefleet.config import Config, DurabilityConfig, ModelConfig, ProviderConfig
 from clonefleet.errors import UsageError
 from clonefleet.providers import SimLimits
+from clonefleet.vocab import WORK_TOOLS
 
 __all__ = [
     "BASELINES",
@@ -166,7 +167,8 @@ end by calling `exit_tool` with `success` and a short `summary` of what you foun
 
 Task:
 {{ prompt }}"""
-_TOOLS = ["file_read", "file_write", "file_edit", "list_dir", "glob", "grep", "shell"]
+_TOOLS = WORK_TOOLS[: WORK_TOOLS.index("shell") + 1]
+"""The file tools and the shell: what the padded definition grants."""
 
 
 def padded_definition(tokens: int) -> dict[str, Any]:
