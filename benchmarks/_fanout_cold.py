@@ -11,6 +11,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +81,49 @@ def run_session(
         _reap_session(proc.pid, timeout_s=5)
         raise
     return proc, out, err, timed_out, time.perf_counter() - p0
+
+
+SIM_READY = "serving simulated provider on "
+"""The line ``clonefleet provider serve`` prints once it listens, before its URL."""
+
+
+class SimProvider:
+    """``clonefleet provider serve --port 0`` plus ``args``, in a session of its own;
+    :meth:`stop` kills that session."""
+
+    def __init__(self, exe: str, work: Path, env: dict[str, str], args: list[str]) -> None:
+        cmd = [exe, "provider", "serve", "--port", "0", *args]
+        self.proc = subprocess.Popen(
+            cmd, cwd=work, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line.startswith(SIM_READY):
+            self.stop()
+            raise RuntimeError(f"the simulated provider did not start: {line!r}")
+        self.base_url = line.removeprefix(SIM_READY).strip()
+
+    def stats(self) -> dict[str, Any] | None:
+        """The server's counters, or ``None`` when it does not answer ``/sim/stats``."""
+        url = self.base_url.removesuffix("/v1") + "/sim/stats"
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(url, timeout=30) as resp:
+                return json.loads(resp.read())  # type: ignore[no-any-return]
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL to its session after 10 s)."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        _reap_session(self.proc.pid, timeout_s=5)
 
 
 def run_cold(count: int, time_limit_s: float) -> dict[str, Any]:

@@ -28,25 +28,20 @@ the same tokens would have had without a cache; and the run summary's own ``cach
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from _fanout_cold import _reap_session, run_session
+from _fanout_cold import SimProvider, _reap_session, run_session
 
-_READY = "serving simulated provider on "
 PROMPT = "Summarise file_{{ clone.index }}.py"
 PRICE = {
     "input_per_mtok": 3.00,
@@ -101,44 +96,6 @@ def config(mode: str, base_url: str | None, body_tokens: int) -> dict[str, Any]:
     }
 
 
-class SimProvider:
-    """``clonefleet provider serve`` in a session of its own; :meth:`stop` kills that session."""
-
-    def __init__(self, exe: str, work: Path, env: dict[str, str], latency_ms: float) -> None:
-        cmd = [exe, "provider", "serve", "--port", "0", "--latency-ms", f"{latency_ms:g}"]
-        self.proc = subprocess.Popen(
-            cmd, cwd=work, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
-        )
-        line = self.proc.stdout.readline() if self.proc.stdout else ""
-        if not line.startswith(_READY):
-            self.stop()
-            raise RuntimeError(f"the simulated provider did not start: {line!r}")
-        self.base_url = line.removeprefix(_READY).strip()
-
-    def stats(self) -> dict[str, Any] | None:
-        """The server's counters, or ``None`` when it does not answer."""
-        url = self.base_url.removesuffix("/v1") + "/sim/stats"
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        try:
-            with opener.open(url, timeout=30) as resp:
-                return json.loads(resp.read())  # type: ignore[no-any-return]
-        except (urllib.error.URLError, OSError, ValueError):
-            return None
-
-    def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL to its session after 10 s)."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-        _reap_session(self.proc.pid, timeout_s=5)
-
-
 def _env(root: Path) -> dict[str, str]:
     env = {
         k: v
@@ -169,7 +126,9 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
         work.mkdir()
         env = _env(root)
         server = (
-            SimProvider(args.clonefleet, work, env, args.latency_ms) if mode == "http" else None
+            SimProvider(args.clonefleet, work, env, ["--latency-ms", f"{args.latency_ms:g}"])
+            if mode == "http"
+            else None
         )
         try:
             cfg = work / "clonefleet.yaml"

@@ -29,25 +29,20 @@ longer; nothing taken off for the burst) and the span's ratio to it (docs/benchm
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from _fanout_cold import PROMPT, _reap_session, run_session
+from _fanout_cold import PROMPT, SimProvider, _reap_session, run_session
 
-_READY = "serving simulated provider on "
 _SCRIPT = {
     "default": [
         {"tool": "progress_update", "args": {"summary": "turn 1"}},
@@ -74,47 +69,14 @@ def min_makespan_s(requests: int, rpm: int | None, tpm: int | None, tokens: floa
     return floor
 
 
-class SimProvider:
-    """``clonefleet provider serve`` in a session of its own; :meth:`stop` kills that session."""
-
-    def __init__(self, exe: str, work: Path, env: dict[str, str], case: dict[str, Any]) -> None:
-        script = work / "script.json"
-        script.write_text(json.dumps(_SCRIPT), encoding="utf-8")
-        cmd = [exe, "provider", "serve", "--port", "0", "--script", str(script)]
-        cmd += ["--latency-ms", f"{case['latency_ms']:g}", "--rpm", str(case["rpm"])]
-        cmd += ["--tpm", str(case["tpm"])] if case.get("tpm") else []
-        cmd += [] if case["headers"] else ["--no-limit-headers"]
-        self.proc = subprocess.Popen(
-            cmd, cwd=work, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
-        )
-        line = self.proc.stdout.readline() if self.proc.stdout else ""
-        if not line.startswith(_READY):
-            self.stop()
-            raise RuntimeError(f"the simulated provider did not start: {line!r}")
-        self.base_url = line.removeprefix(_READY).strip()
-
-    def stats(self) -> dict[str, Any] | None:
-        """The server's counters, or ``None`` when it has no ``/sim/stats`` route."""
-        url = self.base_url.removesuffix("/v1") + "/sim/stats"
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        try:
-            with opener.open(url, timeout=30) as resp:
-                return json.loads(resp.read())  # type: ignore[no-any-return]
-        except (urllib.error.URLError, OSError, ValueError):
-            return None
-
-    def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL to its session after 10 s)."""
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
-        _reap_session(self.proc.pid, timeout_s=5)
+def _serve_args(work: Path, case: dict[str, Any]) -> list[str]:
+    """``provider serve``'s flags for ``case``: the script, latency and limits."""
+    script = work / "script.json"
+    script.write_text(json.dumps(_SCRIPT), encoding="utf-8")
+    args = ["--script", str(script), "--latency-ms", f"{case['latency_ms']:g}"]
+    args += ["--rpm", str(case["rpm"])]
+    args += ["--tpm", str(case["tpm"])] if case.get("tpm") else []
+    return args + ([] if case["headers"] else ["--no-limit-headers"])
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout_s: float) -> tuple[Any, ...]:
@@ -167,7 +129,7 @@ def run_case(case: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         work = root / "proj"
         work.mkdir()
         env = _env(root)
-        server = SimProvider(args.server_clonefleet, work, env, case)
+        server = SimProvider(args.server_clonefleet, work, env, _serve_args(work, case))
         try:
             cfg = work / "clonefleet.yaml"
             cfg.write_text(_config(server.base_url, case["client_rpm"], case["client_tpm"]))
