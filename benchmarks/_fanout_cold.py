@@ -83,6 +83,29 @@ def run_session(
     return proc, out, err, timed_out, time.perf_counter() - p0
 
 
+def clean_env(root: Path, **extra: str) -> dict[str, str]:
+    """This environment without what would point a run elsewhere, with fresh HOME, TMPDIR,
+    state and config folders under ``root`` (made here), plus ``extra``."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RAY_ADDRESS", "CLONEFLEET_CONFIG", "VIRTUAL_ENV", "PYTHONPATH")
+    }
+    for name in ("home", "tmp", "state", "xdg"):
+        (root / name).mkdir()
+    env.update(
+        HOME=str(root / "home"),
+        TMPDIR=str(root / "tmp"),
+        CLONEFLEET_STATE_DIR=str(root / "state"),
+        XDG_CONFIG_HOME=str(root / "xdg"),
+        RAY_USAGE_STATS_ENABLED="0",
+        CLONEFLEET_BLOCK_LIVE="1",
+        PYTHONUNBUFFERED="1",
+        **extra,
+    )
+    return env
+
+
 SIM_READY = "serving simulated provider on "
 """The line ``clonefleet provider serve`` prints once it listens, before its URL."""
 

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _fanout_cold import SimProvider, _reap_session, run_session
+from _fanout_cold import SimProvider, _reap_session, clean_env, run_session
 
 PROMPT = "Summarise file_{{ clone.index }}.py"
 PRICE = {
@@ -96,27 +96,6 @@ def config(mode: str, base_url: str | None, body_tokens: int) -> dict[str, Any]:
     }
 
 
-def _env(root: Path) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("RAY_ADDRESS", "CLONEFLEET_CONFIG", "VIRTUAL_ENV", "PYTHONPATH")
-    }
-    for name in ("home", "tmp", "state", "xdg"):
-        (root / name).mkdir()
-    env.update(
-        HOME=str(root / "home"),
-        TMPDIR=str(root / "tmp"),
-        CLONEFLEET_STATE_DIR=str(root / "state"),
-        XDG_CONFIG_HOME=str(root / "xdg"),
-        RAY_USAGE_STATS_ENABLED="0",
-        CLONEFLEET_BLOCK_LIVE="1",
-        PYTHONUNBUFFERED="1",
-        **{_KEY_ENV: "sim"},
-    )
-    return env
-
-
 def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     """One mode: a fresh server (``http``), ``clonefleet run cached --count N --json``, its
     records and summary. Every process started is gone when it returns."""
@@ -124,7 +103,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
         root = Path(tmp)
         work = root / "proj"
         work.mkdir()
-        env = _env(root)
+        env = clean_env(root, **{_KEY_ENV: "sim"})
         server = (
             SimProvider(args.clonefleet, work, env, ["--latency-ms", f"{args.latency_ms:g}"])
             if mode == "http"

@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _fanout_cold import PROMPT, SimProvider, _reap_session, run_session
+from _fanout_cold import PROMPT, SimProvider, _reap_session, clean_env, run_session
 
 _SCRIPT = {
     "default": [
@@ -101,26 +101,6 @@ def _config(base_url: str, client_rpm: int | None, client_tpm: int | None) -> st
     )
 
 
-def _env(root: Path) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("RAY_ADDRESS", "CLONEFLEET_CONFIG", "VIRTUAL_ENV", "PYTHONPATH")
-    }
-    for name in ("home", "tmp", "state", "xdg"):
-        (root / name).mkdir()
-    env.update(
-        HOME=str(root / "home"),
-        TMPDIR=str(root / "tmp"),
-        CLONEFLEET_STATE_DIR=str(root / "state"),
-        XDG_CONFIG_HOME=str(root / "xdg"),
-        RAY_USAGE_STATS_ENABLED="0",
-        CLONEFLEET_BLOCK_LIVE="1",
-        PYTHONUNBUFFERED="1",
-    )
-    return env
-
-
 def run_case(case: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """One case: a fresh server, ``clonefleet run general-purpose --count N --json``, the
     server's counters. Every process started is gone when it returns."""
@@ -128,7 +108,7 @@ def run_case(case: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         root = Path(tmp)
         work = root / "proj"
         work.mkdir()
-        env = _env(root)
+        env = clean_env(root)
         server = SimProvider(args.server_clonefleet, work, env, _serve_args(work, case))
         try:
             cfg = work / "clonefleet.yaml"
