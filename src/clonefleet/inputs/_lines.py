@@ -18,7 +18,7 @@ STDIN = "-"
 """The path that means standard input."""
 
 _BOM = b"\xef\xbb\xbf"
-_SKIP_BYTES = MIB
+_SKIP_BYTES = 64 * 1024
 
 
 def physical_lines(stream: BinaryIO, max_bytes: int) -> Iterator[tuple[int, bytes | None]]:

@@ -201,11 +201,24 @@ class _Feed:
         self._max_bytes = max_bytes
         self.start = 0
         self.used = 0
+        self.quotes = 0
         self.bad: str | None = None
 
     def begin(self) -> None:
         """Start a new record."""
-        self.start, self.used, self.bad = 0, 0, None
+        self.start, self.used, self.quotes, self.bad = 0, 0, 0, None
+
+    def skip_quoted(self) -> None:
+        """After a record grew too long inside a quoted field, skip lines until the field ends
+        (quote characters come in pairs, so it ends after a line that makes their count even);
+        the lines are not kept. A skipped line's own quotes cannot be counted."""
+        while self.quotes % 2:
+            try:
+                _number, raw = next(self._lines)
+            except StopIteration:
+                return
+            if raw is not None:
+                self.quotes += raw.count(b'"')
 
     def __iter__(self) -> _Feed:
         return self
@@ -214,7 +227,10 @@ class _Feed:
         number, raw = next(self._lines)
         if not self.start:
             self.start = number
-        if raw is None or self.used + content_length(raw) > self._max_bytes:
+        if raw is None:
+            raise _TooLong
+        self.quotes += raw.count(b'"')
+        if self.used + content_length(raw) > self._max_bytes:
             raise _TooLong
         self.used += len(raw)
         try:
@@ -239,6 +255,7 @@ def _records(
             return
         except _TooLong:
             yield feed.start, None, f"longer than {size_text(max_bytes)}"
+            feed.skip_quoted()
             reader = csv.reader(feed, dialect)
             continue
         except csv.Error as exc:
