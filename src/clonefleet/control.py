@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 JobStatus = dict[str, Any]
-"""A job's status view: ids, ``status``, ``outcome``, ``model``, ``turns``, ``usage``,
+"""A job's status view: ids, ``key``, ``status``, ``outcome``, ``model``, ``turns``, ``usage``,
 ``progress``, ``parent``, placement and timestamps (``docs/json.md``)."""
 
 RunRecord = dict[str, Any]
@@ -60,6 +60,8 @@ class JobFilter(TypedDict, total=False):
     """A definition name."""
     parent: str | None
     """The job id of the spawning job."""
+    key: str | None
+    """The key of a job's dataset row (``--inputs``); jobs of counted batches have none."""
     cursor: str | None
     """Where the previous page ended (its ``next_cursor``); ``None`` = from the first job. Pass
     the same filters as that page's listing."""

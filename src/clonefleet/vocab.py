@@ -268,6 +268,7 @@ RUN_RECORD_FIELDS: tuple[str, ...] = (
     "batch_id",
     "agent",
     "clone_index",
+    "key",
     "status",
     "stop_reason",
     "outcome",

@@ -96,7 +96,7 @@ def test_every_stop_reason_but_completed_has_caller_facing_error_text():
 
 def test_run_record_has_exactly_the_record_fields_as_plain_strings():
     class Source:
-        job_id, batch_id, agent, clone_index = "sa_00000001", "b_1", "a", 0
+        job_id, batch_id, agent, clone_index, key = "sa_00000001", "b_1", "a", 0, None
         status, stop_reason, outcome = vocab.JobState.FAILED, vocab.StopReason.MAX_TURNS, None
         result, salvaged, nonconforming = None, False, False
         concerns, warnings, error, model, turns = (), ("w",), "e", None, 4

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -81,6 +82,9 @@ def _add_list_parser(jsub: Any) -> None:
     )
     for flag in ("--status", "--batch", "--agent", "--parent"):
         lst.add_argument(flag)
+    lst.add_argument(
+        "--key", metavar="K", help="only the jobs of the dataset row with key K (run --inputs)"
+    )
     lst.add_argument(
         "--limit",
         type=whole_number(1),
@@ -159,6 +163,7 @@ def _jobs_list(fleet: Fleet, args: argparse.Namespace) -> int:
         "batch": args.batch,
         "agent": args.agent,
         "parent": args.parent,
+        "key": args.key,
     }
     if args.json:
         return stream_listing(fleet, filters, args.cursor, args.limit)
@@ -172,7 +177,7 @@ def _jobs_list(fleet: Fleet, args: argparse.Namespace) -> int:
         f"slots in use: {cap['running']} of {cap['max_concurrency'] or 'unlimited'}; queued: {cap['queued']}"
     )
     if page["next_cursor"] is not None:
-        flags = "".join(f" --{k} {v}" for k, v in filters.items() if v is not None)
+        flags = "".join(f" --{k} {shlex.quote(v)}" for k, v in filters.items() if v is not None)
         more = f"clonefleet jobs list{flags} --cursor {page['next_cursor']}"
         console.print(f"more jobs: {more} --limit {args.limit or HUMAN_PAGE}", markup=False)
     limits = read_rate_limits(fleet)
@@ -252,15 +257,19 @@ _JOBS = {
 
 # -- what `jobs list` prints -------------------------------------------------------------
 def jobs_table(jobs: list[dict[str, Any]]) -> Any:
-    """The rich table of one page of jobs."""
+    """The rich table of one page of jobs; a ``key`` column when a job of the page has a row
+    key (a batch mapped over a dataset)."""
+    from rich.markup import escape
     from rich.table import Table
 
+    keyed = any(j.get("key") is not None for j in jobs)
     table = Table()
     for col in (
         "job",
         "batch",
         "agent",
         "clone",
+        *(("key",) if keyed else ()),
         "status",
         "outcome",
         "model",
@@ -274,11 +283,13 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Any:
         progress = (
             (j["progress"] or {}).get("summary", "") if isinstance(j["progress"], dict) else ""
         )
+        key = j.get("key")
         table.add_row(
             j["job_id"],
             j["batch_id"],
             j["agent"],
             str(j["clone_index"]),
+            *((escape(printable("" if key is None else str(key))[:40]),) if keyed else ()),
             j["status"],
             str(j["outcome"] or ""),
             str(j["model"]),

@@ -84,6 +84,9 @@ class CloneSpec:
     cache_key: str | None = None
     """What routes its requests to one prompt cache (``prompt_cache_key``): ``None`` = its
     batch's id; a fork child's is its parent's, whose cached prefix it shares."""
+    key: str | None = None
+    """The key of the dataset row the clone was made from (``--inputs``; docs/inputs.md);
+    ``None`` for a clone of a counted batch."""
 
     def __setstate__(self, state: list[Any]) -> None:
         # A spec pickled by an older release (a journal written before an upgrade) has fewer
@@ -151,6 +154,8 @@ class RunResult:
     )
     cause: dict[str, Any] | None = None
     """Why the run failed on its provider (docs/json.md); ``None`` otherwise."""
+    key: str | None = None
+    """The key of the job's dataset row (:attr:`CloneSpec.key`); ``None`` in a counted batch."""
 
     def to_json(self) -> dict[str, Any]:
         return run_record(self)

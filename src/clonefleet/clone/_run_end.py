@@ -56,6 +56,7 @@ def run_result(
         batch_id=spec.batch_id,
         agent=spec.agent,
         clone_index=spec.clone_index,
+        key=spec.key,
         status=status,
         stop_reason=reason,
         outcome=str(outcome) if outcome is not None else None,

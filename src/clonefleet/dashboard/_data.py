@@ -110,6 +110,9 @@ class Snapshot:
     """More than :data:`MAX_JOBS` jobs: the oldest batches were left out."""
     rate_limits: tuple[dict[str, Any], ...] = ()
     """The fleet's rate limits, one row per provider and model scope (:func:`rate_row`)."""
+    keyed: bool = False
+    """Some job has a dataset row key (its batch was mapped over ``--inputs``): the job table
+    shows a key column."""
 
 
 def clip(value: Any, limit: int = TEXT_LIMIT, depth: int = 6) -> Any:
@@ -277,6 +280,7 @@ def read_snapshot(source: DataSource, clock: Callable[[], float] = time.time) ->
         fetched_at=clock(),
         truncated=truncated,
         rate_limits=read_rate_limits(source),
+        keyed=any(r["key"] is not None for r in rows),
     )
 
 
@@ -303,13 +307,14 @@ def _whole(text: str | None, name: str, default: int, low: int, high: int) -> in
 
 
 def jobs_page(snap: Snapshot, query: Mapping[str, str]) -> dict[str, Any]:
-    """One page of the job table: ``status``, ``agent`` and ``batch`` filter (empty = any),
-    ``cursor`` is where the last page ended, ``limit`` at most :data:`MAX_PAGE`.
+    """One page of the job table: ``status``, ``agent``, ``batch`` and ``key`` filter (empty =
+    any), ``cursor`` is where the last page ended, ``limit`` at most :data:`MAX_PAGE`;
+    ``keyed`` says whether any job of the fleet has a row key (the table's key column).
 
     Raises:
         UsageError: an unknown status, or a cursor or limit that is not a whole number in range.
     """
-    status, agent, batch = (query.get(k) or None for k in ("status", "agent", "batch"))
+    status, agent, batch, key = (query.get(k) or None for k in ("status", "agent", "batch", "key"))
     if status is not None and status not in STATES:
         raise UsageError(f"unknown status {status[:40]!r}; use one of {', '.join(STATES)}")
     cursor = _whole(query.get("cursor"), "cursor", 0, 0, MAX_JOBS)
@@ -320,6 +325,7 @@ def jobs_page(snap: Snapshot, query: Mapping[str, str]) -> dict[str, Any]:
         if (status is None or r["status"] == status)
         and (agent is None or r["agent"] == agent)
         and (batch is None or r["batch_id"] == batch)
+        and (key is None or r["key"] == key)
     ]
     page = matched[cursor : cursor + limit]
     after = cursor + len(page)
@@ -328,6 +334,7 @@ def jobs_page(snap: Snapshot, query: Mapping[str, str]) -> dict[str, Any]:
         "total": len(matched),
         "next_cursor": str(after) if after < len(matched) else None,
         "fetched_at": snap.fetched_at,
+        "keyed": snap.keyed,
     }
 
 
@@ -369,6 +376,7 @@ def _event_row(env: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "seq": env.get("seq"),
         "job_id": inner.get("subagent_run_id"),
+        "key": clip(inner.get("key"), 200),
         "display_name": clip(inner.get("display_name"), 200),
         "type": clip(event.get("type"), 100),
         "ts": event.get("ts"),

@@ -363,6 +363,7 @@ def _ended(
         batch_id=spec.batch_id,
         agent=spec.agent,
         clone_index=spec.clone_index,
+        key=spec.key,
         status=status,
         stop_reason=reason,
         outcome=outcome,

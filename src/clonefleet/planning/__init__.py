@@ -7,6 +7,7 @@ from clonefleet.planning._batch_plan import plan_batch as plan_batch
 from clonefleet.planning._budget_check import check_batch_budget as check_batch_budget
 from clonefleet.planning._clone_specs import BatchRequest as BatchRequest
 from clonefleet.planning._clone_specs import check_count as check_count
+from clonefleet.planning._clone_specs import check_rows as check_rows
 from clonefleet.planning._clone_specs import clone_tools as clone_tools
 from clonefleet.planning._clone_specs import plan_specs as plan_specs
 from clonefleet.planning._clone_specs import resolve_tools as resolve_tools
@@ -29,6 +30,7 @@ __all__ = [
     "check_batch_budget",
     "check_count",
     "check_planned",
+    "check_rows",
     "child_request",
     "fork_of",
     "clone_tools",

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from clonefleet.config import Config
 from clonefleet.planning._clone_specs import BatchRequest, check_count, plan_specs
@@ -51,6 +52,7 @@ def plan_batch(
     max_concurrency: int | None = None,
     budget_tokens: int | None = None,
     budget_usd: float | None = None,
+    rows: Sequence[tuple[str, Any]] = (),
 ) -> BatchPlan:
     """Check and render a whole batch on this machine, before any cluster is involved.
 
@@ -60,9 +62,13 @@ def plan_batch(
     its usage passes either, no more of its jobs start and those running are cancelled (stop
     reason ``budget``).
 
+    ``rows`` maps the agent over a dataset: one ``(key, data)`` per clone, in order (``count``
+    is then not used); each clone's templates see its row as ``input`` and its spec, record,
+    events and listing carry the key (docs/inputs.md).
+
     Raises:
-        UsageError: bad count, cwd or model; a prompt over ``limits.max_prompt_chars``;
-            ``clones_per_actor`` or ``max_concurrency`` below 1; a budget that is not positive
+        UsageError: bad count, cwd or model; rows with a repeated key or bad data; a prompt
+            over ``limits.max_prompt_chars``; ``clones_per_actor`` or ``max_concurrency`` below 1; a budget that is not positive
             and finite, or ``budget_usd`` with a model that has no price.
         DefinitionError: unknown or invalid agent, render failure.
         ConfigError: unreadable simulation script.
@@ -85,6 +91,7 @@ def plan_batch(
         max_concurrency=max_concurrency,
         budget_tokens=budget_tokens,
         budget_usd=budget_usd,
+        rows=tuple(rows),
     )
     return _plan(req, config, Path(caller_cwd).resolve())
 
@@ -92,7 +99,7 @@ def plan_batch(
 def _plan(req: BatchRequest, config: Config, caller_cwd: Path) -> BatchPlan:
     from clonefleet.definitions import load_catalog, load_skills
 
-    count = check_count(req.count, config)
+    count = check_count(req.clone_count, config)
     catalog = load_catalog(caller_cwd, [Path(d) for d in req.subagents_dirs], config)
     catalog.get(req.agent)
     skills = load_skills(caller_cwd, (), config)

@@ -42,6 +42,7 @@ __all__ = [
     "BatchRequest",
     "check_count",
     "check_request",
+    "check_rows",
     "clone_tools",
     "plan_specs",
     "resolve_tools",
@@ -70,6 +71,15 @@ class BatchRequest:
     """``--budget-tokens``: see :attr:`BatchSubmission.budget_tokens`."""
     budget_usd: float | None = None
     """``--budget-usd``: see :attr:`BatchSubmission.budget_usd`."""
+    rows: tuple[tuple[str, Any], ...] = ()
+    """``--inputs``: one ``(key, data)`` per clone, in clone order (data: a dict for a data row,
+    a str for a text row). When given, the batch has one clone per row (``count`` is not
+    used), each clone's templates see its row as ``input`` and its spec carries the key."""
+
+    @property
+    def clone_count(self) -> int:
+        """How many clones the request asks for: one per row, else ``count`` (unchecked)."""
+        return len(self.rows) if self.rows else self.count
 
 
 def check_count(count: Any, config: Config) -> int:
@@ -87,6 +97,29 @@ def check_count(count: Any, config: Config) -> int:
             f"count {count} is above limits.max_count ({config.limits.max_count}); raise it in the config to allow more"
         )
     return count
+
+
+def check_rows(rows: Sequence[tuple[str, Any]]) -> None:
+    """Accept rows whose keys are distinct strings and whose data are mappings or strings.
+
+    Raises:
+        UsageError: naming the row (by position) and the reason.
+    """
+    seen: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        if not (isinstance(row, tuple) and len(row) == 2):
+            raise UsageError(f"input row {i + 1}: expected a (key, data) pair, got {row!r:.80}")
+        key, data = row
+        if not isinstance(key, str):
+            raise UsageError(f"input row {i + 1}: its key must be text, got {key!r:.80}")
+        if not isinstance(data, (Mapping, str)):
+            raise UsageError(
+                f"input row {i + 1} (key {key!r:.80}): its data must be an object or text,"
+                f" got {type(data).__name__}"
+            )
+        first = seen.setdefault(key, i)
+        if first != i:
+            raise UsageError(f"input rows {first + 1} and {i + 1} have the same key {key!r:.80}")
 
 
 def _check_slots(value: Any, flag: str) -> None:
@@ -239,8 +272,9 @@ def plan_specs(
         UsageError: bad count, prompt (too long), cwd, model, clones per actor or concurrency.
         DefinitionError: unknown agent, invalid definition, render failure.
     """
-    count = check_count(req.count, config)
+    count = check_count(req.clone_count, config)
     check_request(req, config)
+    check_rows(req.rows)
     if len(job_ids) != count:
         raise UsageError("one job id per clone is needed")
     defn = catalog.get(req.agent)
@@ -262,6 +296,7 @@ def plan_specs(
         available_subagents=[d.name for d in catalog.listed()],
         available_skills=skills.names() if skills is not None else (),
         skills=skills,
+        inputs=[data for _, data in req.rows] if req.rows else None,
     )
     common: dict[str, Any] = {
         "batch_id": batch_id,
@@ -279,7 +314,7 @@ def plan_specs(
         "allow_subagent_spawn": gets.spawn,
         "subagent_provider": defn.subagent_provider or config.subagent_provider,
     }
-    return _specs(rendered, job_ids, common)
+    return _specs(rendered, job_ids, common, [key for key, _ in req.rows] if req.rows else None)
 
 
 def clone_tools(
@@ -314,9 +349,13 @@ def clone_tools(
 
 
 def _specs(
-    rendered: Sequence[RenderedClone], job_ids: Sequence[str], common: dict[str, Any]
+    rendered: Sequence[RenderedClone],
+    job_ids: Sequence[str],
+    common: dict[str, Any],
+    keys: Sequence[str] | None = None,
 ) -> tuple[CloneSpec, ...]:
-    """One spec per rendered clone; each starts at candidate ``index mod group size``. The
+    """One spec per rendered clone; each starts at candidate ``index mod group size`` and
+    carries its row's key (``keys``, one per clone; ``None``: a counted batch). The
     paragraphs of the rendered bodies that every clone shares are its ``instructions``, the rest
     its ``instructions_own`` (docs/prompt-cache.md)."""
     shared = shared_paragraphs([r.instructions for r in rendered])
@@ -329,6 +368,7 @@ def _specs(
             task=r.task,
             skills=tuple((s.name, s.body) for s in r.skills),
             start=r.index % len(common["candidates"]),
+            key=None if keys is None else keys[r.index],
             **common,
         )
         for r in rendered

@@ -56,8 +56,9 @@ _ENVELOPE = str(EventType.ENVELOPE)
 
 def envelope(rec: JobRecord, event: dict[str, Any], name: str | None = None) -> dict[str, Any]:
     """One job's event (or a descendant's envelope) wrapped in the job's envelope (``name``:
-    the job's display name, when the caller has it already)."""
-    return {
+    the job's display name, when the caller has it already); ``key``: the job's row key, when
+    it has one."""
+    env = {
         "type": _ENVELOPE,
         "parent_session_id": rec.parent or rec.batch_id,
         "subagent_run_id": rec.job_id,
@@ -66,6 +67,9 @@ def envelope(rec: JobRecord, event: dict[str, Any], name: str | None = None) -> 
         "batch_id": rec.batch_id,
         "event": event,
     }
+    if rec.key is not None:  # a job of a dataset row; a counted batch's envelopes have none
+        env["key"] = rec.key
+    return env
 
 
 Entry = tuple[frozenset[str], str, dict[str, Any]]
@@ -221,9 +225,19 @@ EVENT_CHUNK = 2000
 """Events per journal record when the event log spills (a record stays far under its limit)."""
 
 _HEADER_KEYS = frozenset(
-    {"type", "parent_session_id", "subagent_run_id", "subagent_type", "display_name", "batch_id"}
+    {
+        "type",
+        "parent_session_id",
+        "subagent_run_id",
+        "subagent_type",
+        "display_name",
+        "batch_id",
+        "key",
+    }
 )
-_ENVELOPE_KEYS = _HEADER_KEYS | {"event", "seq"}
+_ENVELOPE_KEYS = _HEADER_KEYS - {"key"} | {"event", "seq"}
+_KEYED_KEYS = _ENVELOPE_KEYS | {"key"}
+"""An envelope of a job with a row key (see :func:`envelope`)."""
 
 
 def spill_records(first: int, entries: list[Entry]) -> Iterator[dict[str, Any]]:
@@ -234,7 +248,8 @@ def spill_records(first: int, entries: list[Entry]) -> Iterator[dict[str, Any]]:
         rows: list[list[Any]] = []
         for i, (chain, kind, env) in enumerate(entries[at : at + EVENT_CHUNK]):
             seq = first + at + i
-            if env.keys() != _ENVELOPE_KEYS:
+            keys = env.keys()
+            if keys != _ENVELOPE_KEYS and keys != _KEYED_KEYS:
                 rows.append([seq, sorted(chain), kind, env])
                 continue
             slot = index.get(chain)

@@ -98,7 +98,7 @@ def page_jobs(
     """
     limit = check_limit(filters.get("limit"))
     status, batch = filters.get("status"), filters.get("batch")
-    agent, parent = filters.get("agent"), filters.get("parent")
+    agent, parent, key = filters.get("agent"), filters.get("parent"), filters.get("key")
     ids: Sequence[str]
     if batch is not None:
         kind, ids = "b", batches.get(batch, ())
@@ -119,6 +119,7 @@ def page_jobs(
             and (batch is None or rec.batch_id == batch)
             and (agent is None or rec.agent == agent)
             and (parent is None or rec.parent == parent)
+            and (key is None or rec.key == key)
         ):
             rows.append(rec)
     if pos >= end:

@@ -65,6 +65,8 @@ class JobRecord:
     agent: str
     clone_index: int
     clone_count: int
+    key: str | None = None
+    """The key of the job's dataset row (``--inputs``); ``None`` in a counted batch."""
     state: JobState = JobState.RESERVED
     parent: str | None = None
     depth: int = 0

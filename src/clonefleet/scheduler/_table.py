@@ -218,6 +218,7 @@ class JobTable:
             agent=spec.agent,
             clone_index=spec.clone_index,
             clone_count=spec.clone_count,
+            key=spec.key,
             parent=spec.parent,
             depth=spec.depth,
             model=spec.candidates[spec.start % len(spec.candidates)] if spec.candidates else None,

@@ -41,7 +41,7 @@ async def view(tmp_path) -> JournalView:
 
 
 def args(**given) -> argparse.Namespace:
-    base = {"status": None, "batch": None, "agent": None, "parent": None}
+    base = {"status": None, "batch": None, "agent": None, "parent": None, "key": None}
     return argparse.Namespace(**{**base, "cursor": None, "limit": None, "json": False, **given})
 
 
@@ -143,3 +143,61 @@ def test_json_totals_and_the_table_count_the_tokens_read_from_the_cache(cached_v
     job = listing["jobs"][0]
     assert _jobs_status(cached_view, args(ids=[job["job_id"]])) == 0
     assert f" cached={job['usage']['cache_read_tokens']}" in capsys.readouterr().out
+
+
+@pytest.fixture
+async def keyed_view(tmp_path) -> tuple[JournalView, list[str]]:
+    """The journal of a finished batch of 3 jobs mapped over rows (keys ``row-0``..``row-2``)
+    and a counted batch of 2, read offline."""
+    journal, _ = Journal.open(tmp_path / "j")
+    journal.start_background(0.01)
+    core = SchedulerCore(LocalHosts(), durable=Durable(journal))
+    sub = make_submission(core, 3)
+    sub = replace(sub, specs=tuple(replace(s, key=f"row {i}") for i, s in enumerate(sub.specs)))
+    out = await core.submit(sub)
+    counted = await core.submit(make_submission(core, 2))
+    ids = [*out["job_ids"], *counted["job_ids"]]
+    assert (await core.job_block(ids, timeout_seconds=10))["done"]
+    await core.aclose()
+    await journal.aclose()
+    return JournalView(tmp_path / "j"), out["job_ids"]
+
+
+def test_jobs_list_key_parses_and_filters_to_that_rows_job(keyed_view, capsys):
+    from clonefleet.cli.program import build_parser
+
+    view, ids = keyed_view
+    parsed = build_parser().parse_args(["jobs", "list", "--key", "row 1", "--json"])
+    assert parsed.key == "row 1" and parsed.jobs_command == "list"
+    assert _jobs_list(view, parsed) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert [(j["job_id"], j["key"]) for j in body["jobs"]] == [(ids[1], "row 1")]
+    assert _jobs_list(view, args(json=True)) == 0
+    every = json.loads(capsys.readouterr().out)["jobs"]
+    assert [j["key"] for j in every] == ["row 0", "row 1", "row 2", None, None]
+    # The next-page hint repeats the filter, quoted for the shell.
+    assert _jobs_list(view, args(key="row 2", limit=1, cursor=None)) == 0
+    hint = "more jobs: clonefleet jobs list --key 'row 2' --cursor j:3 --limit 1"
+    assert hint in capsys.readouterr().out
+    assert build_parser().parse_args(["jobs", "list"]).key is None
+
+
+def test_the_table_has_a_key_column_only_when_a_job_has_a_key(keyed_view):
+    from rich.console import Console
+
+    from clonefleet.cli.jobs import jobs_table
+
+    view, _ = keyed_view
+    jobs = view.list_jobs()["jobs"]
+
+    def text(rows) -> str:
+        console = Console(width=400, record=True)
+        console.print(jobs_table(rows))
+        return console.export_text()
+
+    keyed = text(jobs)
+    assert " key " in keyed.splitlines()[1] and "row 2" in keyed
+    counted = text([j for j in jobs if j["key"] is None])
+    assert " key " not in counted.splitlines()[1]
+    hostile = text([{**jobs[0], "key": "[bold]x\x1b[31m"}])
+    assert "[bold]x\\x1b[31m" in hostile

@@ -93,9 +93,9 @@ _SPECS = {
     "list_jobs": ToolSpec(
         name="list_jobs",
         description=(
-            "List jobs (filter by status, batch, definition, parent) with capacity in use and "
-            "queued and usage totals; pass limit for a page and the reply's next_cursor as cursor "
-            "for the next."
+            "List jobs (filter by status, batch, definition, parent, dataset row key) with "
+            "capacity in use and queued and usage totals; pass limit for a page and the reply's "
+            "next_cursor as cursor for the next."
         ),
         parameters=_obj(
             {
@@ -103,6 +103,7 @@ _SPECS = {
                 "batch": _S,
                 "agent": _S,
                 "parent": _S,
+                "key": _S,
                 "cursor": _S,
                 "limit": {"type": "integer", "minimum": 1},
             },
@@ -228,6 +229,7 @@ class _Tools:
             batch=_opt(args, "batch"),
             agent=_opt(args, "agent"),
             parent=_opt(args, "parent"),
+            key=_opt(args, "key"),
             cursor=_opt(args, "cursor"),
             limit=args.get("limit"),
         )

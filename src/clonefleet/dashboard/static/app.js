@@ -22,6 +22,7 @@
     jobsAgain: false,
     detailBusy: false,
     detailAgain: false,
+    keyed: false, // some job has a dataset row key: the job table shows a key column
   };
 
   // -- helpers ------------------------------------------------------------------------------
@@ -227,6 +228,7 @@
     if (j.job_id === state.selected) row.classList.add("selected");
     cell(row, j.job_id, "mono j-id");
     cell(row, j.display_name, "j-name");
+    if (state.keyed) cell(row, j.key ?? "–", "mono j-key");
     cell(row, null, "j-status").appendChild(status(j.status));
     cell(row, j.outcome || "–");
     cell(row, j.model || "–");
@@ -248,6 +250,8 @@
       const q = new URLSearchParams({ cursor: state.cursor, limit: "100" });
       for (const [k, v] of Object.entries(state.filters)) if (v) q.set(k, v);
       const page = await getJSON(`/api/jobs?${q}`);
+      state.keyed = Boolean(page.keyed);
+      $("jobs-key-head").hidden = !state.keyed;
       replaceRows($("jobs").tBodies[0], page.jobs.map(jobRow));
       const first = Number(state.cursor) + (page.jobs.length ? 1 : 0);
       const last = Number(state.cursor) + page.jobs.length;
@@ -284,6 +288,7 @@
     const u = job.usage || {};
     const fields = [
       ["status", job.status],
+      ["key", job.key],
       ["outcome", job.outcome],
       ["stop reason", job.stop_reason],
       ["agent", job.agent],

@@ -42,6 +42,7 @@ from clonefleet.definitions.template._operator_limits import (
     join_checked,
 )
 from clonefleet.definitions.template._render_budget import check_render, current_render_budget
+from clonefleet.definitions.template._rows import RowData
 from clonefleet.definitions.template._sizes import (
     bounded_iterable,
     charge,
@@ -293,10 +294,17 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
     # Sandbox overrides -------------------------------------------------------------------------
     def getitem(self, obj: Any, argument: Any) -> Any:
         check_render()
+        if type(obj) is RowData and isinstance(argument, str) and argument not in obj:
+            return _no_field(self, obj, argument)
         return super().getitem(obj, argument)
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         check_render()
+        if type(obj) is RowData:
+            if attribute in obj:
+                return obj[attribute]  # a row's field wins over a dict method of its name
+            if not hasattr(dict, attribute):
+                return _no_field(self, obj, attribute)
         return super().getattr(obj, attribute)
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
@@ -361,6 +369,11 @@ class GuardedEnvironment(ImmutableSandboxedEnvironment):
             return charge(check_len(wrapper(*args, **kwargs), "a formatted string"))
 
         return checked
+
+
+def _no_field(env: GuardedEnvironment, row: RowData, name: str) -> Any:
+    """What a template gets for a field a dataset row lacks: undefined, saying so when used."""
+    return env.undefined(hint=f"the input row has no field {name!r}", obj=row, name=name)
 
 
 @functools.cache

@@ -43,6 +43,7 @@ from clonefleet.definitions.template._render_budget import (
     reset_render_budget,
     set_render_budget,
 )
+from clonefleet.definitions.template._rows import row_value
 from clonefleet.errors import TemplateError, UsageError
 
 __all__ = ["FRAGMENTS_DIR", "render_batch", "render_template", "transclude"]
@@ -67,6 +68,7 @@ BUILTIN_VARIABLES = frozenset(
     {
         "prompt", "subagent_name", "cwd", "project_path", "current_date", "model_name", "available_tools",
         "available_subagents", "available_skills", "max_tool_batch_size", "clone", "batch_id", "transclude",
+        "input",
     }
 )  # fmt: skip
 """Names user variables (``--var k=v``) may not take."""
@@ -287,7 +289,12 @@ def _user_variables(variables: Mapping[str, Any]) -> dict[str, Any]:
     return dict(variables)
 
 
-def _check_batch_args(count: int, job_ids: Sequence[str], model_names: Sequence[str]) -> None:
+def _check_batch_args(
+    count: int,
+    job_ids: Sequence[str],
+    model_names: Sequence[str],
+    inputs: Sequence[Any] | None,
+) -> None:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise UsageError(f"count must be a positive integer, not {count!r}")
     if len(job_ids) != count or len(model_names) != count:
@@ -295,6 +302,32 @@ def _check_batch_args(count: int, job_ids: Sequence[str], model_names: Sequence[
             f"render_batch needs one job id and one model name per clone: count={count},"
             f" {len(job_ids)} job ids, {len(model_names)} model names"
         )
+    if inputs is not None and len(inputs) != count:
+        raise UsageError(
+            f"render_batch needs one input row per clone: count={count}, {len(inputs)} rows"
+        )
+
+
+def _inputs_of(inputs: Sequence[Any] | None) -> list[Any] | None:
+    """Each clone's row as its templates' ``input`` (see ``_rows``)."""
+    if inputs is None:
+        return None
+    out = []
+    for i, data in enumerate(inputs):
+        try:
+            out.append(row_value(data))
+        except RecursionError:
+            raise TemplateError(
+                f"input row of clone {i}: nested too deeply to use in a template",
+                "template-limit",
+                None,
+                "input",
+            ) from None
+    return out
+
+
+_NO_ROW: Any = object()
+"""A clone without an input row (a counted batch): ``input`` is undefined."""
 
 
 @dataclass(slots=True)
@@ -313,8 +346,10 @@ class _BatchRenderer:
     injected: dict[str, tuple[InjectedSkill, ...]] = field(default_factory=dict)
     """The skills injected for each distinct rendered task."""
 
-    def render(self, clone: CloneInfo, model_name: str) -> RenderedClone:
+    def render(self, clone: CloneInfo, model_name: str, row: Any = _NO_ROW) -> RenderedClone:
         ctx = {**self.variables, "clone": clone, "model_name": model_name}
+        if row is not _NO_ROW:
+            ctx["input"] = row
         task = render_template(
             self.prompt,
             ctx,
@@ -365,6 +400,7 @@ def render_batch(
     skills: SkillCatalog | None = None,
     current_date: str | None = None,
     clock: Callable[[], float] = time.monotonic,
+    inputs: Sequence[Any] | None = None,
 ) -> list[RenderedClone]:
     """Render the task (and native body) of every clone of a batch before any is launched.
 
@@ -375,15 +411,20 @@ def render_batch(
     today) are shown to templates. ``@skill:`` references in a task resolve against ``skills``,
     loaded from ``project_path``'s ``.clonefleet/skills`` when ``None``. ``clock`` is for tests.
 
+    ``inputs``, when given, holds one dataset row per clone (a dict for a data row, a str for a
+    text row): each clone's task and native body see it as ``input`` (a data row prints as its
+    compact JSON; its values are data, never rendered). Without it ``input`` is undefined.
+
     Returns:
         One :class:`RenderedClone` per clone, in index order.
 
     Raises:
         TemplateError: any render failure (the whole batch is rejected).
         DefinitionError: an ``@skill:`` reference that is denied, disabled or unresolved.
-        UsageError: ``count``, ``job_ids`` and ``model_names`` disagree.
+        UsageError: ``count``, ``job_ids``, ``model_names`` and ``inputs`` disagree.
     """
-    _check_batch_args(count, job_ids, model_names)
+    _check_batch_args(count, job_ids, model_names, inputs)
+    rows = _inputs_of(inputs)
     shown: dict[str, Any] = {
         **_user_variables(variables or {}),
         "subagent_name": defn.name,
@@ -401,7 +442,9 @@ def render_batch(
     batch = _BatchRenderer(defn, prompt, shown, deadline, clock, project_path, skills)
     return [
         batch.render(
-            CloneInfo(index=i, count=count, job_id=job_ids[i], number=i + 1), model_names[i]
+            CloneInfo(index=i, count=count, job_id=job_ids[i], number=i + 1),
+            model_names[i],
+            _NO_ROW if rows is None else rows[i],
         )
         for i in range(count)
     ]
