@@ -44,7 +44,8 @@ def physical_lines(stream: BinaryIO, max_bytes: int) -> Iterator[tuple[int, byte
             continue
         if number == 1 and raw.startswith(_BOM):
             raw = raw[len(_BOM) :]
-        yield number, (None if content_length(raw) > max_bytes else raw)
+        short = len(raw) <= max_bytes or content_length(raw) <= max_bytes
+        yield number, (raw if short else None)
 
 
 def content_length(raw: bytes) -> int:

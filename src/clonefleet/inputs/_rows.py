@@ -12,10 +12,13 @@ import contextlib
 import csv
 import json
 import os
+import re
 import sys
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, BinaryIO
+
+import orjson
 
 from clonefleet.errors import UsageError
 from clonefleet.inputs._format import InputFormat
@@ -147,19 +150,8 @@ def _jsonl_rows(stream: BinaryIO, key: str | None, max_bytes: int) -> Iterator[R
             continue
         if not raw.strip():
             continue
-        try:
-            value = json.loads(raw.decode(), parse_constant=_refuse_constant)
-        except UnicodeDecodeError as exc:
-            yield RowError(number, _line_key(key, number), _utf8_reason(exc))
-            continue
-        except json.JSONDecodeError as exc:
-            reason = f"not valid JSON: {exc.msg} at column {exc.colno}"
-            yield RowError(number, _line_key(key, number), reason)
-            continue
-        except (ValueError, RecursionError) as exc:
-            reason = (
-                f"not valid JSON: {exc if isinstance(exc, ValueError) else 'nested too deeply'}"
-            )
+        value, reason = _json_value(raw)
+        if reason:
             yield RowError(number, _line_key(key, number), reason)
             continue
         if not isinstance(value, dict):
@@ -167,6 +159,30 @@ def _jsonl_rows(stream: BinaryIO, key: str | None, max_bytes: int) -> Iterator[R
             yield RowError(number, _line_key(key, number), reason)
             continue
         yield _keyed(number, key, value)
+
+
+def _json_value(raw: bytes) -> tuple[Any, str]:
+    """The JSON value of one line, or ``(None, reason)`` when it is not valid UTF-8 JSON.
+
+    orjson parses (fast) unless the line has a run of 19 digits or more (orjson would read an
+    integer past 64 bits as a float); the standard library parses those lines, and again a line
+    orjson refuses, to word the error with a column. NaN and Infinity are refused.
+    """
+    if _LONG_DIGITS.search(raw) is None:
+        try:
+            return orjson.loads(raw), ""
+        except orjson.JSONDecodeError:
+            pass
+    try:
+        return _STRICT_JSON.decode(raw.decode()), ""
+    except UnicodeDecodeError as exc:
+        return None, _utf8_reason(exc)
+    except json.JSONDecodeError as exc:
+        return None, f"not valid JSON: {exc.msg} at column {exc.colno}"
+    except ValueError as exc:
+        return None, f"not valid JSON: {exc}"
+    except RecursionError:
+        return None, "not valid JSON: nested too deeply"
 
 
 def _text_rows(stream: BinaryIO, max_bytes: int) -> Iterator[Row | RowError]:
@@ -354,3 +370,10 @@ def _json_kind(value: object) -> str:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
+
+
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+"""Digits enough to be an integer past 64 bits."""
+
+_STRICT_JSON = json.JSONDecoder(parse_constant=_refuse_constant)
+"""The standard library's decoder, refusing NaN and Infinity as orjson does."""

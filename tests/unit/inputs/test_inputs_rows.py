@@ -332,7 +332,7 @@ JSON_VALUES = st.recursive(
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     objects=st.lists(st.dictionaries(st.text(), JSON_VALUES, max_size=4), max_size=20),
