@@ -24,7 +24,7 @@ from clonefleet.errors import UsageError
 from clonefleet.inputs._format import InputFormat
 from clonefleet.inputs._lines import MIB, STDIN, content_length, physical_lines, size_text
 
-__all__ = ["Row", "RowError", "open_checked", "read_rows", "source_error"]
+__all__ = ["Row", "RowError", "open_checked", "read_rows", "row_keys", "source_error"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +104,52 @@ def read_rows(
         stack.close()
         raise
     return _taken(rows, limit, stack)
+
+
+def row_keys(
+    path: str | os.PathLike[str],
+    fmt: InputFormat,
+    *,
+    key: str,
+    max_row_bytes: int = MIB,
+    name: str | None = None,
+) -> Generator[tuple[int, str | None], None, None]:
+    """``(line, key)`` of every row of ``path``, as :func:`read_rows` reads them (``None`` for a
+    row that fails), for the key pass: JSONL rows are not built, only their key field read."""
+    if fmt is not InputFormat.JSONL:
+        rows = read_rows(path, fmt, key=key, max_row_bytes=max_row_bytes, name=name)
+        return ((row.line, row.key) for row in rows)
+    shown = name or os.fspath(path)
+    stack = contextlib.ExitStack()
+    stream = stack.enter_context(open_checked(path, shown))
+    return _jsonl_keys(stream, key, max_row_bytes, stack)
+
+
+def _jsonl_keys(
+    stream: BinaryIO, key: str, max_bytes: int, stack: contextlib.ExitStack
+) -> Generator[tuple[int, str | None], None, None]:
+    with stack:
+        for number, raw in physical_lines(stream, max_bytes):
+            if raw is None:
+                yield number, None
+                continue
+            if not raw.strip():
+                continue
+            try:
+                value = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                value = None  # read again below, as read_rows does
+            if type(value) is dict:
+                field = value.get(key)
+                if type(field) is str:
+                    yield number, field or None
+                    continue
+                if type(field) is int:
+                    yield number, str(field)
+                    continue
+            value, reason = _json_value(raw)  # a float may be a long integer orjson rounded
+            row = _keyed(number, key, value) if not reason and isinstance(value, dict) else None
+            yield number, (row.key if isinstance(row, Row) else None)
 
 
 def source_error(path: str, exc: OSError) -> UsageError:

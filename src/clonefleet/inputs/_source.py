@@ -15,7 +15,7 @@ from pathlib import Path
 from clonefleet.errors import UsageError
 from clonefleet.inputs._format import InputFormat
 from clonefleet.inputs._lines import MIB, STDIN, physical_lines
-from clonefleet.inputs._rows import Row, open_checked, read_rows, source_error
+from clonefleet.inputs._rows import open_checked, read_rows, row_keys, source_error
 
 __all__ = ["check_source", "count_and_check_keys", "spool"]
 
@@ -95,7 +95,7 @@ def count_and_check_keys(
 
     ``path`` must be a regular file (a duplicate is confirmed by reading the earlier row again):
     :func:`spool` standard input or a FIFO first and pass the copy, with ``name`` the user's name.
-    Memory: one entry (a 64-bit digest and a line number) per keyed row.
+    Memory: one 64-bit digest per keyed row (about 60 bytes each).
     """
     shown = name or os.fspath(path)
     fmt = InputFormat(fmt)
@@ -141,45 +141,63 @@ def _count_keyed(
 ) -> int:
     """Count the rows up to ``stop`` and raise on two rows with one key.
 
-    ``digest`` is the 64-bit hash kept per key (a key's exact text is kept only when another key
-    has its hash); the tests pass a poor one to check that a shared hash alone is no duplicate.
+    A set of each key's 64-bit ``digest`` is kept. When a key's digest is in it already, the
+    rows before are read again to find that exact key: found, the two rows are a duplicate;
+    not found, the key is kept as text (with its line) so that a later copy of it needs no
+    reading again. The tests pass a poor ``digest`` to check that a shared hash alone is no
+    duplicate.
     """
-    first_line: dict[int, int] = {}  # hash of a key -> the first line with a key of that hash
-    exact: dict[str, int] = {}  # keys whose hash another key has too -> their first line
     count = 0
-    rows = read_rows(path, fmt, key=key, limit=stop, max_row_bytes=max_bytes, name=shown)
-    with contextlib.closing(rows):
-        for row in rows:
+    if key is None:
+        rows = read_rows(path, fmt, limit=stop, max_row_bytes=max_bytes, name=shown)
+        with contextlib.closing(rows):
+            for _row in rows:
+                count += 1
+        return count
+    seen: set[int] = set()
+    exact: dict[str, int] = {}  # keys sharing a digest with an earlier, other key -> their line
+    keys = row_keys(path, fmt, key=key, max_row_bytes=max_bytes, name=shown)
+    with contextlib.closing(keys):
+        for line, value in keys:
             count += 1
-            if key is None or not isinstance(row, Row):
+            if count > stop:
+                return stop
+            if value is None:
                 continue
-            line = first_line.setdefault(digest(row.key), row.line)
-            if line == row.line:
+            hashed = digest(value)
+            if hashed not in seen:
+                seen.add(hashed)
                 continue
-            earlier = exact.get(row.key)
+            earlier = exact.get(value)
             if earlier is None:
-                other = _key_at(path, fmt, key, line, max_bytes, shown)
-                exact[other] = line
-                earlier = line if other == row.key else None
+                earlier = _line_of(path, fmt, key, value, line, max_bytes, shown)
             if earlier is not None:
                 raise UsageError(
-                    f"inputs file {shown}: lines {earlier} and {row.line} have the same key "
-                    f"{row.key!r} (field {key!r}); each row needs a key of its own"
+                    f"inputs file {shown}: lines {earlier} and {line} have the same key "
+                    f"{value!r} (field {key!r}); each row needs a key of its own"
                 )
-            exact[row.key] = row.line
+            exact[value] = line
     return count
 
 
-def _key_at(
-    path: str | os.PathLike[str], fmt: InputFormat, key: str, line: int, max_bytes: int, shown: str
-) -> str:
-    """The key of the row that starts at ``line`` (read again to confirm a hash match)."""
-    rows = read_rows(path, fmt, key=key, max_row_bytes=max_bytes, name=shown)
-    with contextlib.closing(rows):
-        for row in rows:
-            if row.line == line and isinstance(row, Row):
-                return row.key
-    raise UsageError(f"inputs file {shown}: changed while it was read (line {line})")
+def _line_of(
+    path: str | os.PathLike[str],
+    fmt: InputFormat,
+    key: str,
+    value: str,
+    before: int,
+    max_bytes: int,
+    shown: str,
+) -> int | None:
+    """The first line before ``before`` whose row has the key ``value``, or ``None``."""
+    keys = row_keys(path, fmt, key=key, max_row_bytes=max_bytes, name=shown)
+    with contextlib.closing(keys):
+        for line, other in keys:
+            if line >= before:
+                return None
+            if other == value:
+                return line
+    return None
 
 
 def spool(

@@ -17,11 +17,13 @@ from hypothesis import strategies as st
 from clonefleet.errors import UsageError
 from clonefleet.inputs import (
     InputFormat,
+    Row,
     check_source,
     count_and_check_keys,
     read_rows,
     spool,
 )
+from clonefleet.inputs._rows import row_keys
 from clonefleet.inputs._source import _count_keyed
 
 pytestmark = pytest.mark.timeout(60)
@@ -253,3 +255,44 @@ def test_standard_input_is_spooled_and_sniffed(tmp_path: Path) -> None:
     copy, fmt = done.stdout.decode().split()
     assert Path(copy).read_bytes() == content
     assert fmt == "jsonl"
+
+
+KEY_LINES = st.sampled_from(
+    [
+        "",
+        "  ",
+        '{"id": "a"}',
+        '{"id": "b", "x": [1, 2]}',
+        '{"id": ""}',
+        '{"id": 7}',
+        '{"id": "7"}',
+        '{"id": -0}',
+        '{"id": 2.50}',
+        '{"id": 1e400}',
+        '{"id": 123456789012345678901234}',
+        '{"id": 18446744073709551616}',
+        '{"id": true}',
+        '{"id": null}',
+        '{"id": "\\ud800"}',
+        '{"id": "a", "id": "b"}',
+        '{"x": 1}',
+        '{"id": NaN}',
+        "[1]",
+        "not json",
+        '{"id": "' + "y" * 40 + '"}',
+        '\xff{"id": "z"}',
+    ]
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(lines=st.lists(KEY_LINES, max_size=15))
+def test_the_key_pass_reads_the_keys_read_rows_gives(tmp_path: Path, lines: list[str]) -> None:
+    path = write(tmp_path, "keys.jsonl", "\n".join(lines).encode("utf-8", "surrogateescape"))
+    expected = [
+        (row.line, row.key if isinstance(row, Row) else None)
+        for row in read_rows(path, "jsonl", key="id", max_row_bytes=40)
+    ]
+    assert list(row_keys(path, InputFormat.JSONL, key="id", max_row_bytes=40)) == expected
