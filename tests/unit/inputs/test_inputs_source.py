@@ -81,6 +81,15 @@ def test_an_unreadable_file_is_refused(tmp_path: Path) -> None:
         check_source(path, "jsonl")
 
 
+@pytest.mark.skipif(not Path("/proc/self/mem").exists(), reason="needs Linux's /proc")
+def test_a_file_whose_read_fails_is_refused_with_the_reason() -> None:
+    # reading /proc/self/mem at offset 0 fails with EIO, whoever runs the test
+    with pytest.raises(
+        UsageError, match=r"^inputs file mem: cannot be read \(Input/output error\)$"
+    ):
+        check_source("/proc/self/mem", "jsonl", name="mem")
+
+
 def test_a_binary_file_is_refused_naming_the_line_of_its_first_nul(tmp_path: Path) -> None:
     path = write(tmp_path, "data.csv", b"a,b\n1,2\n3,\x00\x01\x02\n")
     with pytest.raises(UsageError) as caught:
