@@ -114,8 +114,8 @@ class UsageTotals(TypedDict):
     ``cache_write_tokens`` (both parts of ``input_tokens``), ``cost_usd`` (cache reads and writes
     at their own prices), ``unpriced_tokens`` of every batch in the table."""
     batches: dict[str, dict[str, Any]]
-    """The same per batch, plus ``jobs`` and ``budget``, for each batch with a job in the page
-    (or the batch filtered on)."""
+    """The same per batch, plus ``jobs``, ``budget`` and ``open`` (it may take more parts), for
+    each batch with a job in the page (or the batch filtered on)."""
 
 
 class JobListing(TypedDict):

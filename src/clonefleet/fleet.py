@@ -248,24 +248,49 @@ class Fleet:
             plan_batch(agent, prompt, count, config=self.config, caller_cwd=self.cwd, **options)
         )
 
-    def submit(self, plan: BatchPlan) -> Batch:
-        """Start a batch planned with :func:`plan_batch` (drawing new ids if one is taken)."""
+    def submit(self, plan: BatchPlan, open: bool = False) -> Batch:
+        """Start a batch planned with :func:`plan_batch` (drawing new ids if one is taken).
+
+        An ``open`` batch grows: :meth:`extend` adds parts to it, and it is not done (``wait``,
+        ``remaining``, ``job_block`` on its id) until :meth:`close_batch` or its last part.
+        """
+        return self._send(plan, lambda s, blob: s.submit.remote(blob, open))
+
+    def extend(self, plan: BatchPlan, last: bool = False) -> Batch:
+        """Add a part to an open batch: ``plan`` made by :func:`plan_batch` with the batch's
+        ``batch_id``. Its jobs run under the batch's clones per host, cap and budget;
+        ``last`` closes the batch with this part. Returns the part's job ids.
+
+        Raises:
+            UsageError: no such batch, or it was cancelled or is closed.
+        """
+        return self._send(plan, lambda s, blob: s.extend.remote(blob, last))
+
+    def close_batch(self, batch_id: str) -> bool:
+        """Say an open batch takes no more parts (idempotent); returns whether it was open.
+
+        Raises:
+            UsageError: no such batch.
+        """
+        return cast(bool, self._ask(lambda s: s.close_batch.remote(batch_id), idempotent=True))
+
+    def _send(self, plan: BatchPlan, call: Callable[[Any, bytes], Any]) -> Batch:
         for _ in range(5):
             try:
-                out = self._submit(plan.submission)
+                out = self._submit(plan.submission, call)
             except IdCollision:
                 plan = plan.redraw()
                 continue
             return Batch(batch_id=out["batch_id"], job_ids=tuple(out["job_ids"]))
         raise ClusterError("could not draw unused job ids in 5 tries")
 
-    def _submit(self, sub: BatchSubmission) -> api.Submitted:
+    def _submit(self, sub: BatchSubmission, call: Callable[[Any, bytes], Any]) -> api.Submitted:
         # Pickled here, once: the scheduler keeps these bytes in its journal as they are
         # (a batch of 10,000 clones is pickled by the client rather than by the scheduler).
         from ray import cloudpickle
 
         blob = cloudpickle.dumps(sub)
-        return cast(api.Submitted, self._ask(lambda s: s.submit.remote(blob)))
+        return cast(api.Submitted, self._ask(lambda s: call(s, blob)))
 
     # -- messages to running clones -------------------------------------------------------
     def _ask_inbox(self, call: Callable[[Any], Any], *, idempotent: bool) -> Any:

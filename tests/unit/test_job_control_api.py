@@ -31,6 +31,8 @@ EXTRAS: dict[type, set[str]] = {
     SchedulerCore: {
         "reserve_ids",
         "submit",
+        "extend",  # more parts of an open batch (like submit, not job control)
+        "close_batch",
         "warm",
         "warm_ready",
         "capacity",
@@ -45,6 +47,8 @@ EXTRAS: dict[type, set[str]] = {
     SchedulerActor: {
         "ping",
         "submit",
+        "extend",
+        "close_batch",
         "warm_ready",
         "kill_host_of",
         "kill_idle_hosts",
@@ -60,6 +64,8 @@ EXTRAS: dict[type, set[str]] = {
     Fleet: {
         "spawn",
         "submit",
+        "extend",
+        "close_batch",
         "wait_ready",
         "follow",
         "history",

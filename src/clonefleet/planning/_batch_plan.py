@@ -53,6 +53,7 @@ def plan_batch(
     budget_tokens: int | None = None,
     budget_usd: float | None = None,
     rows: Sequence[tuple[str, Any]] = (),
+    batch_id: str | None = None,
 ) -> BatchPlan:
     """Check and render a whole batch on this machine, before any cluster is involved.
 
@@ -65,6 +66,9 @@ def plan_batch(
     ``rows`` maps the agent over a dataset: one ``(key, data)`` per clone, in order (``count``
     is then not used); each clone's templates see its row as ``input`` and its spec, record,
     events and listing carry the key (docs/inputs.md).
+
+    ``batch_id`` plans one more part of an open batch (:meth:`Fleet.extend`): its clones carry
+    that batch id; only their job ids are drawn here (and again when one is taken).
 
     Raises:
         UsageError: bad count, cwd or model; rows with a repeated key or bad data; a prompt
@@ -92,6 +96,7 @@ def plan_batch(
         budget_tokens=budget_tokens,
         budget_usd=budget_usd,
         rows=tuple(rows),
+        batch_id=batch_id,
     )
     return _plan(req, config, Path(caller_cwd).resolve())
 
@@ -103,7 +108,7 @@ def _plan(req: BatchRequest, config: Config, caller_cwd: Path) -> BatchPlan:
     catalog = load_catalog(caller_cwd, [Path(d) for d in req.subagents_dirs], config)
     catalog.get(req.agent)
     skills = load_skills(caller_cwd, (), config)
-    batch_id = new_batch_id()
+    batch_id = req.batch_id or new_batch_id()
     drawn: set[str] = set()
     while len(drawn) < count:
         drawn.add(new_job_id())

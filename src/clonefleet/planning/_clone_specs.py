@@ -75,6 +75,9 @@ class BatchRequest:
     """``--inputs``: one ``(key, data)`` per clone, in clone order (data: a dict for a data row,
     a str for a text row). When given, the batch has one clone per row (``count`` is not
     used), each clone's templates see its row as ``input`` and its spec carries the key."""
+    batch_id: str | None = None
+    """The batch the clones join: an open batch this request grows (``Fleet.extend``);
+    ``None`` = a new batch, its id drawn when planned."""
 
     @property
     def clone_count(self) -> int:

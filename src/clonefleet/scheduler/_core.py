@@ -21,7 +21,7 @@ from clonefleet import control as api
 from clonefleet.clone import CloneSpec, state_of
 from clonefleet.config import DurabilityConfig
 from clonefleet.control import Seconds
-from clonefleet.errors import ClusterError
+from clonefleet.errors import ClusterError, UsageError
 from clonefleet.host import HostCalls, HostFactory
 from clonefleet.planning import BatchSubmission
 from clonefleet.scheduler._durable import Durable
@@ -114,13 +114,17 @@ class SchedulerCore:
         """Allocate a batch id and ``count`` unique job ids for rendering."""
         return self.table.reserve_ids(count)
 
-    async def submit(self, sub: BatchSubmission, blob: bytes | None = None) -> api.Submitted:
+    async def submit(
+        self, sub: BatchSubmission, blob: bytes | None = None, *, open: bool = False
+    ) -> api.Submitted:
         """Record every job of the batch as ``reserved``, assign hosts and start what the caps allow.
 
         Ids may come from :meth:`reserve_ids` or be drawn by the client (which renders before it
         reaches the cluster); either way none may be in use already. The ids are returned only
         once the batch's journal record is on disk; ``blob`` is the submission already pickled
-        (by the client, so the scheduler need not pickle it again for the journal).
+        (by the client, so the scheduler need not pickle it again for the journal). An ``open``
+        batch takes more parts (:meth:`extend`) and is not done until it is closed
+        (:meth:`close_batch`, or the ``last`` part).
 
         Raises:
             UsageError: an empty batch.
@@ -128,12 +132,12 @@ class SchedulerCore:
             JournalError: the journal could not be written (nothing starts).
         """
         self.table.check_ids(sub)
-        rows = self.table.add_batch(sub)
+        rows = self.table.add_batch(sub, open=open)
         self.usage.add_batch(sub.batch_id, sub.config, sub.budget_tokens, sub.budget_usd)
         for rec in rows:
             self.event_log.record(rec.job_id, {"type": str(EventType.QUEUED), "ts": time.time()})
         try:
-            self.durable.batch(sub.batch_id, rows, sub, blob, budget=budget_record(sub))
+            self.durable.batch(sub.batch_id, rows, sub, blob, budget=budget_record(sub), open=open)
             await self.durable.commit()
         except BaseException:
             self.forget_batch(sub.batch_id)  # never accepted
@@ -144,13 +148,72 @@ class SchedulerCore:
         self._pump()
         return {"batch_id": sub.batch_id, "job_ids": [s.job_id for s in sub.specs]}
 
-    def queue_batch(self, batch_id: str) -> None:
-        """Bind the batch's waiting jobs to hosts, then queue them for the pump.
+    async def extend(
+        self, sub: BatchSubmission, blob: bytes | None = None, *, last: bool = False
+    ) -> api.Submitted:
+        """Add one more part to an open batch (``sub.batch_id``): its jobs join the batch as
+        ``reserved`` and start as the caps allow, under the batch's first part's clones per
+        host, cap and budget (``sub``'s own are not used). ``last`` closes the batch with this
+        part. The ids are returned once the part's journal record is on disk. A batch whose
+        budget was passed takes the part, whose jobs then end ``cancelled``/``budget`` at once.
+
+        Raises:
+            UsageError: an empty part; no such batch; the batch was cancelled or is closed.
+            IdCollision: a job id is already in use.
+            JournalError: the journal could not be written (the part is not added).
+        """
+        batch = self.table.check_part(sub)
+        part = batch.parts
+        rows = self.table.extend_batch(sub)
+        try:
+            self.durable.part(sub.batch_id, part, rows, sub, blob, last=last)
+            await self.durable.commit()
+        except BaseException:
+            self.table.unextend(sub.batch_id, rows)  # never accepted
+            raise
+        ids = [s.job_id for s in sub.specs]
+        for job_id in ids:
+            self.event_log.record(job_id, {"type": str(EventType.QUEUED), "ts": time.time()})
+        if last:
+            batch.open = False
+        budget = self.usage.budgets.get(sub.batch_id)
+        if (budget is not None and budget.passed) or self.usage.stopped_above(sub.specs[0].parent):
+            self.stops.mark(ids, StopReason.BUDGET)
+        self.queue_batch(sub.batch_id, ids)
+        self._pump()
+        self._ended.fire()  # waiters on the batch see its new jobs (and whether it closed)
+        return {"batch_id": sub.batch_id, "job_ids": ids}
+
+    async def close_batch(self, batch_id: str) -> bool:
+        """Say an open batch takes no more parts: once its jobs have ended it is done.
+        Idempotent; returns whether the batch was open.
+
+        Raises:
+            UsageError: no such batch.
+            JournalError: the journal could not be written (the batch stays open).
+        """
+        batch = self.table.batch(batch_id)
+        if batch is None:
+            raise UsageError(f"no batch {batch_id} to close")
+        if not batch.open:
+            return False
+        self.durable.closed(batch_id)
+        await self.durable.commit()
+        batch.open = False
+        self._ended.fire()
+        return True
+
+    def queue_batch(self, batch_id: str, job_ids: Sequence[str] | None = None) -> None:
+        """Bind the batch's waiting jobs (of ``job_ids``, default: all) to hosts, then queue
+        them for the pump.
 
         A batch's jobs join the pump's queues only here, with their hosts: between adding its
         jobs and this, a submit awaits its journal record, and other batches' pumps run.
         """
-        ids = self.table.waiting_in(batch_id)
+        if job_ids is None:
+            ids = self.table.waiting_in(batch_id)
+        else:
+            ids = [j for j in job_ids if self.table.is_waiting(j)]
         if not ids:
             return
         meta = self._meta(batch_id)
@@ -462,6 +525,14 @@ class SchedulerCore:
         return rec.status()
 
     async def cancel_many(self, ids: Sequence[str]) -> int:
+        """Cancel jobs and batches (see :class:`JobControl`); a batch cancelled as a whole is
+        closed and refuses more parts (:meth:`extend`)."""
+        for ident in ids:
+            batch = self.table.batch(ident)
+            if batch is not None and not batch.cancelled:
+                batch.cancelled, batch.open = True, False
+                self.durable.closed(ident, cancelled=True)
+                self._ended.fire()
         return await self.stops.cancel_many(ids)
 
     async def job_block(

@@ -1,8 +1,8 @@
 """What the scheduler writes to its journal, and the job table read back from it.
 
-The scheduler appends one record per fact (``part`` and ``batch``, ``run``, ``ckpt``,
-``restart``, ``end``, ``evict``, ``events``); what each holds is in docs/durability.md, "What the
-journal holds". :func:`fold` turns the records back into a :class:`Table` without Ray and without
+The scheduler appends one record per fact (``part`` and ``batch``, ``grow``, ``close``,
+``run``, ``ckpt``, ``restart``, ``end``, ``evict``, ``events``); what each holds is in
+docs/durability.md, "What the journal holds". :func:`fold` turns the records back into a :class:`Table` without Ray and without
 unpickling anything, so ``clonefleet jobs`` can read finished results when no cluster runs; the
 restarted scheduler unpickles a batch's submission only to run its unfinished jobs again.
 """
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from clonefleet.journal import Journal, Replay
 
 
-__all__ = ["Durable", "Table", "fold", "job_row", "read_table", "record_of"]
+__all__ = ["Durable", "Table", "fold", "job_row", "part_key", "read_table", "record_of"]
 
 _ROW_FIELDS = tuple(f.name for f in fields(JobRecord))
 
@@ -115,6 +115,14 @@ class Table:
     """Each batch's usage totals as last recorded (with a job's end, or in a snapshot)."""
     budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Each budgeted batch's ``budget_tokens`` and ``budget_usd``."""
+    grown: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+    """Each batch's parts after its first (``grow`` records): the part's number (its pickled
+    submission is :attr:`blobs` at :func:`part_key`) and where its jobs are in the batch's job
+    ids (from, to)."""
+    open: set[str] = field(default_factory=set)
+    """Batches that may still take parts (submitted open, not closed yet)."""
+    cancelled: set[str] = field(default_factory=set)
+    """Batches cancelled as a whole (closed; they refuse more parts)."""
 
     def unfinished(self) -> list[JobRecord]:
         return [r for r in self.jobs.values() if not r.is_terminal]
@@ -145,16 +153,80 @@ def _fold_batch(table: Table, rec: dict[str, Any]) -> bool:
         table.jobs.setdefault(job.job_id, job)
         ids.append(job.job_id)
     table.batches[batch_id] = ids
+    if rec.get("open") is True:
+        table.open.add(batch_id)
     if isinstance(rec.get("budget"), dict):
         table.budgets[batch_id] = rec["budget"]
     _note_totals(table, batch_id, rec.get("usage"))
-    pieces = table.parts.pop(batch_id, {})
-    count = rec.get("parts")
-    if isinstance(count, int) and count > 0 and sorted(pieces) == list(range(count)):
-        table.blobs[batch_id] = b"".join(pieces[i] for i in range(count))
+    blob = _join_pieces(table, batch_id, rec.get("parts"))
+    if blob is not None:
+        table.blobs[batch_id] = blob
     elif isinstance(rec.get("blob"), bytes):
         table.blobs[batch_id] = rec["blob"]
     return True
+
+
+def _fold_grow(table: Table, rec: dict[str, Any]) -> bool:
+    """One more part of a batch: its jobs join the batch's, its submission is kept apart."""
+    batch_id, index, rows, base = rec.get("b"), rec.get("n"), rec.get("jobs"), rec.get("base", {})
+    if not isinstance(batch_id, str) or batch_id not in table.batches:
+        return False
+    if not isinstance(index, int) or index < 1 or not isinstance(rows, list):
+        return False
+    jobs = _decode_rows(rows, base) if isinstance(base, dict) else None
+    if jobs is None or any(job.batch_id != batch_id for job in jobs):
+        return False
+    ids = table.batches[batch_id]
+    start = len(ids)
+    for job in jobs:
+        table.jobs.setdefault(job.job_id, job)
+        ids.append(job.job_id)
+    key = part_key(batch_id, index)
+    blob = _join_pieces(table, key, rec.get("parts"))
+    if blob is not None:
+        table.blobs[key] = blob
+    table.grown.setdefault(batch_id, []).append((index, start, len(ids)))
+    if rec.get("last") is True:
+        table.open.discard(batch_id)
+    return True
+
+
+def _decode_rows(rows: list[Any], base: dict[str, Any]) -> list[JobRecord] | None:
+    """A record's job rows over its ``base`` (see :func:`split_rows`); ``None`` if one is bad."""
+    maps = [name for name, value in base.items() if isinstance(value, dict | list)]
+    jobs = []
+    for row in rows:
+        fresh = {name: base[name].copy() for name in maps}  # each job its own counters
+        job = record_of({**base, **fresh, **row}) if isinstance(row, dict) else None
+        if job is None:
+            return None
+        jobs.append(job)
+    return jobs
+
+
+def _join_pieces(table: Table, key: str, count: Any) -> bytes | None:
+    """The pickled submission whose ``count`` pieces (``part`` records) were kept under
+    ``key``; ``None`` when there are none or some are missing."""
+    pieces = table.parts.pop(key, {})
+    if isinstance(count, int) and count > 0 and sorted(pieces) == list(range(count)):
+        return b"".join(pieces[i] for i in range(count))
+    return None
+
+
+def _fold_close(table: Table, rec: dict[str, Any]) -> bool:
+    batch_id = rec.get("b")
+    if not isinstance(batch_id, str) or batch_id not in table.batches:
+        return False
+    table.open.discard(batch_id)
+    if rec.get("why") == "cancelled":
+        table.cancelled.add(batch_id)
+    return True
+
+
+def part_key(batch_id: str, index: int) -> str:
+    """Where the pickled submission of a batch's part ``index`` is kept (its ``part`` records'
+    ``b``, and its key in :attr:`Table.blobs`): the batch id for its first part."""
+    return batch_id if index == 0 else f"{batch_id}/{index}"
 
 
 def _note_totals(table: Table, batch_id: str, data: Any) -> None:
@@ -218,6 +290,10 @@ def _fold_evict(table: Table, rec: dict[str, Any]) -> bool:
         return False
     for kept in (table.blobs, table.usage, table.budgets):
         kept.pop(str(rec.get("b")), None)
+    for index, _, _ in table.grown.pop(str(rec.get("b")), []):
+        table.blobs.pop(part_key(str(rec.get("b")), index), None)
+    table.open.discard(str(rec.get("b")))
+    table.cancelled.discard(str(rec.get("b")))
     for job_id in ids:
         table.jobs.pop(job_id, None)
         table.checkpoints.pop(job_id, None)
@@ -246,6 +322,8 @@ def _fold_json(table: Table, rec: dict[str, Any]) -> bool:
 _FOLD: dict[str, Callable[[Table, dict[str, Any]], bool]] = {
     "part": _fold_part,
     "batch": _fold_batch,
+    "grow": _fold_grow,
+    "close": _fold_close,
     "run": _fold_run,
     "ckpt": _fold_ckpt,
     "restart": _fold_restart,
@@ -317,8 +395,10 @@ class Durable:
         submission: Any,
         blob: bytes | None = None,
         budget: dict[str, Any] | None = None,
+        open: bool = False,
     ) -> None:
-        """Record a new batch (its rows, budget and pickled submission, in parts when large).
+        """Record a new batch (its rows, budget and pickled submission, in parts when large;
+        ``open``: it will take more parts).
 
         Raises:
             JournalError: the batch cannot be recorded (the caller then refuses it).
@@ -327,8 +407,47 @@ class Durable:
             return
         if blob is None:
             blob = self.dumps_or_none(submission)
-        for record in batch_records(batch_id, rows, blob, budget=budget):
+        for record in batch_records(batch_id, rows, blob, budget=budget, open=open):
             self.journal.append(record | {"at": time.time()})
+
+    def part(
+        self,
+        batch_id: str,
+        index: int,
+        rows: list[JobRecord],
+        submission: Any,
+        blob: bytes | None = None,
+        *,
+        last: bool = False,
+    ) -> None:
+        """Record part ``index`` (1 on) of an open batch: its rows and its own pickled
+        submission (in pieces when large), and whether it is the batch's last part.
+
+        Raises:
+            JournalError: the part cannot be recorded (the caller then refuses it).
+        """
+        if self.journal is None:
+            return
+        if blob is None:
+            blob = self.dumps_or_none(submission)
+        now = time.time()
+        key = part_key(batch_id, index)
+        pieces = 0
+        for piece in blob_pieces(key, blob):
+            self.journal.append(piece | {"at": now})
+            pieces += 1
+        shared, jobs = split_rows(rows)
+        record: dict[str, Any] = {"k": "grow", "b": batch_id, "n": index, "jobs": jobs}
+        if shared:
+            record["base"] = shared
+        record.update(parts=pieces, at=now)
+        if last:
+            record["last"] = True
+        self.journal.append(record)
+
+    def closed(self, batch_id: str, *, cancelled: bool = False) -> None:
+        """Record that a batch takes no more parts (closed, or ``cancelled`` as a whole)."""
+        self._append({"k": "close", "b": batch_id, "why": "cancelled" if cancelled else "closed"})
 
     def running(self, rec: JobRecord) -> None:
         self._append({"k": "run", "j": rec.job_id, "h": rec.host_id, "at": rec.started_at})
@@ -378,7 +497,10 @@ class Durable:
                 blobs[batch_id] if live else None,
                 budget=table.budgets.get(batch_id),
                 totals=totals.view() if totals is not None else None,
+                open=batch_id in table.open,
             )
+            if batch_id in table.cancelled:
+                yield {"k": "close", "b": batch_id, "why": "cancelled"}
         for job_id, state in table.checkpoints.items():
             yield {"k": "ckpt", "j": job_id, "s": state}
 
@@ -394,14 +516,14 @@ def batch_records(
     *,
     budget: dict[str, Any] | None = None,
     totals: dict[str, Any] | None = None,
+    open: bool = False,
 ) -> Iterator[dict[str, Any]]:
     """A batch as records: its submission's parts (``part``), then the batch itself (with its
-    budget, and, in a snapshot, its usage totals)."""
+    budget, and, in a snapshot, its usage totals; ``open`` when it will take more parts)."""
     parts = 0
-    if blob is not None:
-        for at in range(0, len(blob), BLOB_PART):
-            yield {"k": "part", "b": batch_id, "i": parts, "data": blob[at : at + BLOB_PART]}
-            parts += 1
+    for piece in blob_pieces(batch_id, blob):
+        yield piece
+        parts += 1
     shared, jobs = split_rows(rows)
     record: dict[str, Any] = {"k": "batch", "b": batch_id, "jobs": jobs}
     if shared:
@@ -411,4 +533,14 @@ def batch_records(
         record["budget"] = budget
     if totals is not None:
         record["usage"] = totals
+    if open:
+        record["open"] = True
     yield record
+
+
+def blob_pieces(key: str, blob: bytes | None) -> Iterator[dict[str, Any]]:
+    """A pickled submission as ``part`` records of at most :data:`BLOB_PART` bytes each."""
+    if blob is None:
+        return
+    for index, at in enumerate(range(0, len(blob), BLOB_PART)):
+        yield {"k": "part", "b": key, "i": index, "data": blob[at : at + BLOB_PART]}

@@ -128,7 +128,11 @@ class JournalView:
             "capacity": {"running": 0, "max_concurrency": None, "queued": 0},
             "totals": {
                 "fleet": usage.fleet().view(),
-                "batches": {b: v for b, v in views.items() if v is not None},
+                "batches": {
+                    b: {**v, "open": b in self.table.open}
+                    for b, v in views.items()
+                    if v is not None
+                },
             },
             "next_cursor": next_cursor,
         }

@@ -65,14 +65,44 @@ class JobQueries:
     async def job_block(
         self, job_ids: Sequence[str], wait_seconds: Seconds = None, timeout_seconds: Seconds = None
     ) -> api.BlockResult:
-        ids = self._table.expand(job_ids)
         limits = [x for x in (wait_seconds, timeout_seconds) if x is not None]
-        await self._until_terminal(ids, min(limits, default=LONGEST_WAIT_S))
-        statuses = [self._table.jobs[j].status() for j in ids]
-        done = all(s["status"] in TERMINAL for s in statuses)
+        ids, _, still_open = await self._settle(job_ids, min(limits, default=LONGEST_WAIT_S))
+        statuses = [self._table.jobs[j].status() for j in ids if j in self._table.jobs]
+        done = not still_open and all(s["status"] in TERMINAL for s in statuses)
         if done:
             await self._durable.commit()  # what the caller learns has ended stays ended
         return {"done": done, "jobs": statuses}
+
+    async def _settle(
+        self, idents: Sequence[str], limit_s: float
+    ) -> tuple[list[str], list[str], list[str]]:
+        """Wait until the jobs of ``idents`` (job and batch ids) have ended and none of its
+        batches is open, or ``limit_s`` passed; returns the job ids (a batch's as it has them
+        now), those pending and the batches still open.
+
+        An open batch is not done even when every job it has so far has ended: its next part
+        or its close (both wake the waiters) may come; its new jobs are then waited for too.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit_s
+        ids = self._table.expand(idents)
+        pending = await self._until_terminal(ids, limit_s)
+        still_open = self._open_in(idents)
+        while still_open and not pending and (left := deadline - loop.time()) > 0:
+            await self._ended.wait(left)
+            ids = self._table.expand(idents)
+            pending = await self._until_terminal(ids, max(deadline - loop.time(), 0.0))
+            still_open = self._open_in(idents)
+        return ids, pending, still_open
+
+    def _open_in(self, idents: Sequence[str]) -> list[str]:
+        """The batch ids of ``idents`` whose batch may still take parts."""
+        out = []
+        for ident in idents:
+            batch = self._table.batch(ident)
+            if batch is not None and batch.open:
+                out.append(ident)
+        return out
 
     async def _until_terminal(self, ids: Sequence[str], limit_s: float) -> list[str]:
         """Wait until none of ``ids`` is pending or ``limit_s`` passed; returns those pending.
@@ -106,7 +136,10 @@ class JobQueries:
         return at
 
     async def remaining(self, ids: Sequence[str], wait_seconds: float = 0.0) -> int:
-        return len(await self._until_terminal(self._table.expand(ids), wait_seconds))
+        """How many of the jobs have not ended; an open batch counts one more until it is
+        closed (it is not done while more parts may come)."""
+        _, pending, still_open = await self._settle(ids, wait_seconds)
+        return len(pending) + len(still_open)
 
     async def list_jobs(self, **filters: Unpack[api.JobFilter]) -> api.JobListing:
         rows, next_cursor = self._table.page(filters)
@@ -121,10 +154,12 @@ class JobQueries:
         """The fleet's usage totals, and those of ``batch`` or else of each batch in ``rows``."""
         wanted = [batch] if batch is not None else dict.fromkeys(r.batch_id for r in rows)
         views = {b: self._usage.batch_view(b, self._jobs_in(b)) for b in wanted}
-        return {
-            "fleet": self._usage.fleet().view(),
-            "batches": {b: v for b, v in views.items() if v is not None},
-        }
+        batches = {}
+        for batch_id, view in views.items():
+            if view is not None:
+                record = self._table.batch(batch_id)
+                batches[batch_id] = {**view, "open": record is not None and record.open}
+        return {"fleet": self._usage.fleet().view(), "batches": batches}
 
     def _jobs_in(self, batch_id: str) -> int:
         batch = self._table.batch(batch_id)

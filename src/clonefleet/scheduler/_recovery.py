@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from clonefleet.clone import state_of
 from clonefleet.planning import BatchSubmission
-from clonefleet.scheduler._durable import Table
+from clonefleet.scheduler._durable import Table, part_key
 from clonefleet.scheduler._state import JobRecord
 from clonefleet.scheduler._usage import Totals, resume_usage
 from clonefleet.vocab import EventType, JobState, StopReason
@@ -68,9 +68,16 @@ def _restore_batch(
 ) -> None:
     recs = [table.jobs[j] for j in ids if j in table.jobs]
     core.table.load_batch(batch_id, recs)
+    loaded = core.table.batch(batch_id)
+    if loaded is not None:
+        loaded.open = batch_id in table.open and batch_id not in table.cancelled
+        loaded.cancelled = batch_id in table.cancelled
+        loaded.parts = 1 + max((n for n, _, _ in table.grown.get(batch_id, ())), default=0)
     unfinished = [r for r in recs if not r.is_terminal]
     report["finished"] += len(recs) - len(unfinished)
     sub = _submission(table.blobs.get(batch_id), loads) if unfinished else None
+    if unfinished and batch_id in table.grown:
+        sub = _with_parts(sub, table, batch_id, ids, loads)
     for rec in unfinished:
         state = state_of(table.checkpoints.get(rec.job_id))
         if sub is not None and state is not None:
@@ -88,6 +95,29 @@ def _restore_batch(
     resumed = _requeue(core, sub, unfinished, table.checkpoints)
     report["resumed"] += resumed
     report["lost"] += len(unfinished) - resumed
+
+
+def _with_parts(
+    first: BatchSubmission | None,
+    table: Table,
+    batch_id: str,
+    ids: list[str],
+    loads: Callable[[bytes], Any],
+) -> BatchSubmission | None:
+    """A grown batch's submission for running its unfinished jobs again: its first part's
+    (or, unreadable, a later part's) with the specs of every part that has unfinished jobs;
+    a part whose jobs have all ended is not read."""
+    specs = list(first.specs) if first is not None else []
+    meta = first
+    for index, start, end in table.grown[batch_id]:
+        if all(table.jobs[j].is_terminal for j in ids[start:end] if j in table.jobs):
+            continue
+        part = _submission(table.blobs.get(part_key(batch_id, index)), loads)
+        if part is None:
+            continue  # its jobs are lost: no spec
+        specs.extend(part.specs)
+        meta = meta or part
+    return replace(meta, specs=tuple(specs)) if meta is not None else None
 
 
 def _submission(blob: bytes | None, loads: Callable[[bytes], Any]) -> BatchSubmission | None:
@@ -159,9 +189,12 @@ async def housekeeping(core: SchedulerCore, every_s: float = 5.0) -> None:
 
 
 def evict_expired(core: SchedulerCore, now: float) -> list[str]:
-    """Drop finished batches whose last job ended more than ``retention_s`` ago."""
+    """Drop finished batches whose last job ended more than ``retention_s`` ago (an open
+    batch has not finished: more parts may come)."""
     gone = []
     for batch_id, batch in core.table.batches():
+        if batch.open:
+            continue
         meta = batch.meta
         keep = meta.config.durability.retention_s if meta is not None else core.retention_s
         if keep is None:
@@ -191,6 +224,9 @@ async def compact_if_due(core: SchedulerCore) -> bool:
     )
     table.usage = dict(core.usage.batches)
     table.budgets = {b: budget.view() for b, budget in core.usage.budgets.items()}
+    # A grown batch is kept as one batch record (its parts' waiting specs in one submission).
+    table.open = {b for b, batch in live.batches() if batch.open}
+    table.cancelled = {b for b, batch in live.batches() if batch.cancelled}
     blobs: dict[str, bytes] = {}
     for batch_id, batch in live.batches():
         specs = (live.spec_of(j) for j in batch.job_ids)

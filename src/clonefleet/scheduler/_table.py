@@ -36,6 +36,14 @@ class BatchRecord:
     running: int = 0
     queue: deque[str] = field(default_factory=deque)
     """Its jobs bound to hosts and waiting for a slot, in the order they start."""
+    open: bool = False
+    """More parts may still come (:meth:`JobTable.extend_batch`): the batch is not done while
+    it is open, even when every job it has so far has ended."""
+    cancelled: bool = False
+    """The batch was cancelled as a whole: it is closed and refuses more parts."""
+    parts: int = 1
+    """The number the next part gets (its first part is 0; a part refused keeps its number,
+    so a journal never holds two parts with one number)."""
 
     @property
     def cap(self) -> int | None:
@@ -202,13 +210,66 @@ class JobTable:
                 raise IdCollision(spec.job_id)
             seen.add(spec.job_id)
 
-    def add_batch(self, sub: BatchSubmission) -> list[JobRecord]:
+    def add_batch(self, sub: BatchSubmission, *, open: bool = False) -> list[JobRecord]:
         """Enter a checked batch (:meth:`check_ids`): each job ``reserved``, waiting; returns
-        the new records."""
+        the new records. An ``open`` batch takes more parts (:meth:`extend_batch`)."""
         self._batches[sub.batch_id] = BatchRecord(
-            [s.job_id for s in sub.specs], meta=replace(sub, specs=())
+            [s.job_id for s in sub.specs], meta=replace(sub, specs=()), open=open
         )
         return [self._add_job(spec) for spec in sub.specs]
+
+    def check_part(self, sub: BatchSubmission) -> BatchRecord:
+        """Whether ``sub`` may join its batch (``sub.batch_id``) as one more part; returns the
+        batch.
+
+        Raises:
+            UsageError: an empty part; no such batch; the batch was cancelled or is closed.
+            IdCollision: a job id is already in use.
+        """
+        if not sub.specs:
+            raise UsageError(f"a part of batch {sub.batch_id} needs at least one clone")
+        batch = self._batches.get(sub.batch_id)
+        if batch is None:
+            raise UsageError(f"no batch {sub.batch_id} to add jobs to (submit it first)")
+        if batch.cancelled:
+            raise UsageError(f"batch {sub.batch_id} was cancelled: it takes no more jobs")
+        if not batch.open:
+            raise UsageError(
+                f"batch {sub.batch_id} is closed: it takes no more jobs (a batch that grows is"
+                " submitted open and takes parts until its last one)"
+            )
+        seen: set[str] = set()
+        for spec in sub.specs:
+            taken = spec.job_id in self._jobs or spec.job_id in seen
+            if taken or self._reserved.get(spec.job_id, sub.batch_id) != sub.batch_id:
+                raise IdCollision(spec.job_id)
+            seen.add(spec.job_id)
+        return batch
+
+    def extend_batch(self, sub: BatchSubmission) -> list[JobRecord]:
+        """Add a checked part (:meth:`check_part`) to its batch: each job ``reserved``,
+        waiting; returns the new records (the batch keeps its first part's submission)."""
+        batch = self._batches[sub.batch_id]
+        batch.job_ids.extend(s.job_id for s in sub.specs)
+        batch.parts += 1
+        return [self._add_job(spec) for spec in sub.specs]
+
+    def unextend(self, batch_id: str, records: Sequence[JobRecord]) -> None:
+        """Take a part added by :meth:`extend_batch` out again (its record could not be kept):
+        its jobs leave the table as if never submitted."""
+        batch = self._batches[batch_id]
+        gone = {r.job_id for r in records}
+        batch.job_ids[:] = [j for j in batch.job_ids if j not in gone]
+        for rec in records:
+            if self.is_waiting(rec.job_id):
+                self._queued -= 1
+            self._jobs.pop(rec.job_id, None)
+            self._specs.pop(rec.job_id, None)
+            if rec.parent in self._children:
+                self._children[rec.parent] = [
+                    c for c in self._children[rec.parent] if c not in gone
+                ]
+        self._order.forget(len(records), self._jobs)
 
     def _add_job(self, spec: CloneSpec) -> JobRecord:
         self._reserved.pop(spec.job_id, None)

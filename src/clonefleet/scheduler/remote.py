@@ -153,21 +153,39 @@ class SchedulerActor:
         self._c()  # creating the core warms the host pool while the caller renders its batch
         return "ok"
 
-    async def submit(self, sub: BatchSubmission | bytes) -> api.Submitted:
+    async def submit(self, sub: BatchSubmission | bytes, open: bool = False) -> api.Submitted:
         """Start a batch; given as its pickle (``Fleet`` sends that), the same bytes go to the
-        journal, so the batch is pickled once, by the client."""
+        journal, so the batch is pickled once, by the client. An ``open`` batch takes more
+        parts (:meth:`extend`) until it is closed."""
         core = self._c()
         self._refresh_nodes()  # a batch sizes its hosts from the cluster as it is now
+        sub, blob = self._unpickle(sub, "submit")
+        return await core.submit(sub, blob, open=open)
+
+    async def extend(self, sub: BatchSubmission | bytes, last: bool = False) -> api.Submitted:
+        """Add a part to an open batch (see :meth:`SchedulerCore.extend`)."""
+        core = self._c()
+        self._refresh_nodes()
+        sub, blob = self._unpickle(sub, "extend")
+        return await core.extend(sub, blob, last=last)
+
+    async def close_batch(self, batch_id: str) -> bool:
+        """Close an open batch (see :meth:`SchedulerCore.close_batch`)."""
+        return await self._c().close_batch(batch_id)
+
+    def _unpickle(
+        self, sub: BatchSubmission | bytes, call: str
+    ) -> tuple[BatchSubmission, bytes | None]:
         blob = None
         if isinstance(sub, bytes):
             blob, sub = sub, cloudpickle.loads(sub)
-            if not isinstance(sub, BatchSubmission):
-                raise UsageError("submit takes a batch submission")
+        if not isinstance(sub, BatchSubmission):
+            raise UsageError(f"{call} takes a batch submission")
         if not self._limiter_started and is_gated(sub.config):
             # Its process starts while the batch's hosts do; their first requests wait for it.
             get_or_create_admission()
             self._limiter_started = True
-        return await core.submit(sub, blob) if blob is not None else await core.submit(sub)
+        return sub, blob
 
     async def warm_ready(self) -> int:
         return await self._c().warm_ready()
