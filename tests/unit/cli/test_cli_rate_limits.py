@@ -220,7 +220,14 @@ class Source:
 
 
 def list_args(**given: Any) -> argparse.Namespace:
-    base = {"status": None, "batch": None, "agent": None, "parent": None, "cursor": None}
+    base = {
+        "status": None,
+        "batch": None,
+        "agent": None,
+        "parent": None,
+        "cursor": None,
+        "key": None,
+    }
     return argparse.Namespace(**{**base, "limit": None, "json": False, **given})
 
 
