@@ -1,0 +1,30 @@
+"""Feeding rows into one growing batch: a definition mapped over a dataset (docs/inputs.md).
+
+Pure: no Ray. :class:`Feeder` reads rows one slice at a time, plans each slice through a
+planner the caller gives, submits the first as an open batch and adds the rest as parts while
+the earlier ones run, keeping a bounded number of rows submitted but not ended, and yields each
+row's run record as its job ends. A row that cannot be read, has a key seen before or fails to
+render fails alone, with a record that says why, without running.
+"""
+
+from clonefleet.feed._feeder import DEFAULT_AHEAD as DEFAULT_AHEAD
+from clonefleet.feed._feeder import Ended as Ended
+from clonefleet.feed._feeder import FeedClient as FeedClient
+from clonefleet.feed._feeder import Feeder as Feeder
+from clonefleet.feed._feeder import Part as Part
+from clonefleet.feed._feeder import Planner as Planner
+from clonefleet.feed._feeder import ahead_for as ahead_for
+from clonefleet.feed._feeder import failed_record as failed_record
+from clonefleet.feed._feeder import slice_for as slice_for
+
+__all__ = [
+    "DEFAULT_AHEAD",
+    "Ended",
+    "FeedClient",
+    "Feeder",
+    "Part",
+    "Planner",
+    "ahead_for",
+    "failed_record",
+    "slice_for",
+]

@@ -1,0 +1,316 @@
+"""The feeder: rows in, one growing batch out, run records back as jobs end."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from clonefleet.errors import ClonefleetError, UnknownJobError
+from clonefleet.inputs import Row, RowError
+from clonefleet.vocab import RUN_RECORD_FIELDS, JobState, Outcome, StopReason
+
+__all__ = [
+    "DEFAULT_AHEAD",
+    "Ended",
+    "FeedClient",
+    "Feeder",
+    "Part",
+    "Planner",
+    "ahead_for",
+    "failed_record",
+    "slice_for",
+]
+
+DEFAULT_AHEAD = 1000
+"""The least number of rows kept submitted but not ended (more on a larger fleet)."""
+SLICE_MIN, SLICE_MAX = 256, 1000
+"""Bounds of the rows planned and submitted together as one part."""
+POLL_S = 0.25
+"""How long one wait for jobs to end lasts before the feeder looks again."""
+TERMINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
+
+Planner = Callable[[Sequence[tuple[str, Any]], "str | None"], Any]
+"""Plans one part: ``(rows as (key, data) pairs, batch_id or None for the first) -> plan``.
+Raises a :class:`~clonefleet.errors.ClonefleetError` when some row cannot be rendered."""
+
+
+class Part(Protocol):
+    """What submitting a part answers: the batch's id and the part's job ids, in row order."""
+
+    @property
+    def batch_id(self) -> str: ...
+
+    @property
+    def job_ids(self) -> Sequence[str]: ...
+
+
+class FeedClient(Protocol):
+    """The job control a feeder needs (:class:`clonefleet.fleet.Fleet` is one)."""
+
+    def submit(self, plan: Any, open: bool = False) -> Part: ...
+
+    def extend(self, plan: Any, last: bool = False) -> Part: ...
+
+    def close_batch(self, batch_id: str) -> bool: ...
+
+    def job_block(
+        self, job_ids: Sequence[str], wait_seconds: float | None = None
+    ) -> Any: ...  # a BlockResult: {"done": bool, "jobs": [JobStatus, ...]}
+
+    def job_result(self, job_id: str) -> dict[str, Any]: ...
+
+    def cancel_many(self, ids: Sequence[str]) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """One row's end: its run record (with ``key``) and the row's data (``None`` for a row
+    that could not be read)."""
+
+    record: dict[str, Any]
+    row: Any
+    ran: bool
+    """Whether a job ran for it (``False``: the row failed before it was submitted)."""
+
+
+def ahead_for(capacity: int | None) -> int:
+    """Rows kept submitted but not ended on a fleet running ``capacity`` jobs at once
+    (``None``: no cap known): twice that, and at least :data:`DEFAULT_AHEAD`."""
+    return max(DEFAULT_AHEAD, 2 * capacity) if capacity else DEFAULT_AHEAD
+
+
+def slice_for(ahead: int) -> int:
+    """Rows planned together as one part: a quarter of ``ahead``, within 256-1,000, and never
+    more than ``ahead``."""
+    return max(1, min(ahead, max(SLICE_MIN, min(SLICE_MAX, ahead // 4))))
+
+
+def failed_record(
+    key: str | None, error: str, *, agent: str, batch_id: str | None = None
+) -> dict[str, Any]:
+    """The run record of a row that failed without running: status ``failed``, stop reason
+    ``abnormal``, ``error`` the reason in plain words, no usage."""
+    out: dict[str, Any] = dict.fromkeys(RUN_RECORD_FIELDS)
+    out.update(
+        batch_id=batch_id,
+        agent=agent,
+        key=key,
+        status=str(JobState.FAILED),
+        stop_reason=str(StopReason.ABNORMAL),
+        outcome=str(Outcome.FAILURE),
+        salvaged=False,
+        nonconforming=False,
+        concerns=[],
+        warnings=[],
+        error=error,
+        turns=0,
+        usage={
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "total_tokens": 0,
+            "cache_read_tokens": 0,
+            "cache_write_tokens": 0,
+        },
+    )
+    return out
+
+
+class Feeder:
+    """Feed ``rows`` into one growing batch through ``client``; iterate :meth:`run` for each
+    row's :class:`Ended` as its job ends.
+
+    Args:
+        rows: :class:`~clonefleet.inputs.Row` and :class:`~clonefleet.inputs.RowError` items,
+            read lazily (a generator is never read ahead by more than one slice).
+        plan: the :data:`Planner` of one part.
+        client: the :class:`FeedClient`.
+        agent: the definition's name (for the records of rows that fail without running).
+        ahead: most rows submitted but not ended at once (:func:`ahead_for`).
+        slice_rows: rows planned together as one part (default :func:`slice_for`).
+        check_keys: give a row whose key was seen before a failed record (keeps the keys seen:
+            strings only, never the rows).
+        source: what the rows come from, named in the records of rows that fail
+            (``inputs file data.jsonl``).
+        poll_s: the longest wait for jobs to end before more rows are submitted.
+
+    Memory is bounded by ``ahead`` rows (and their job ids) plus one slice: rows are read as
+    room frees up and records are yielded, not kept.
+    """
+
+    def __init__(
+        self,
+        rows: Iterable[Row | RowError],
+        plan: Planner,
+        client: FeedClient,
+        *,
+        agent: str,
+        ahead: int = DEFAULT_AHEAD,
+        slice_rows: int | None = None,
+        check_keys: bool = True,
+        source: str = "input",
+        poll_s: float = POLL_S,
+    ) -> None:
+        if ahead < 1:
+            raise ValueError(f"ahead must be 1 or more, got {ahead}")
+        self._rows: Iterator[Row | RowError] = iter(rows)
+        self._plan, self._client, self.agent = plan, client, agent
+        self.ahead = ahead
+        self.slice_rows = max(1, min(slice_rows or slice_for(ahead), ahead))
+        self._seen: set[str] | None = set() if check_keys else None
+        self.source, self.poll_s = source, poll_s
+        self.batch_id: str | None = None
+        self._pending: dict[str, tuple[str, Any]] = {}
+        """Job id -> (key, row data) of every job submitted and not yet ended."""
+        self._next: Row | RowError | None = None
+        self._exhausted = False
+        self._closed = False
+        self._cancelled = threading.Event()
+        self._lock = threading.Lock()
+        self.peak_held = 0
+        """The most rows held at once (submitted and not ended, plus the slice being planned)."""
+        self.submitted = 0
+        """Rows submitted as jobs so far."""
+        self.parts = 0
+
+    # -- reading rows --------------------------------------------------------------------
+    def _take(self) -> Row | RowError | None:
+        """The next row (``None`` at the end), reading one more ahead to know the end."""
+        if self._next is None and not self._exhausted:
+            self._next = next(self._rows, None)
+        row, self._next = self._next, None
+        if row is None:
+            self._exhausted = True
+            return None
+        self._next = next(self._rows, None)
+        if self._next is None:
+            self._exhausted = True
+        return row
+
+    def _fail(self, key: str | None, reason: str, row: Any = None) -> Ended:
+        error = f"{self.source}: {reason}"
+        return Ended(
+            failed_record(key, error, agent=self.agent, batch_id=self.batch_id), row, False
+        )
+
+    # -- the loop ------------------------------------------------------------------------
+    def run(self) -> Iterator[Ended]:
+        """Submit rows and yield each row's end, until every row read has ended (or, after
+        :meth:`cancel`, every row submitted)."""
+        try:
+            while True:
+                yield from self._fill()
+                if not self._pending:
+                    if self._exhausted or self._cancelled.is_set():
+                        break
+                    continue
+                yield from self._collect()
+        finally:
+            self._finish()
+
+    def _fill(self) -> Iterator[Ended]:
+        """Read and submit slices while there is room; yields the rows that fail alone."""
+        while not self._cancelled.is_set() and not self._exhausted:
+            room = self.ahead - len(self._pending)
+            if room < min(self.slice_rows, self.ahead):
+                return
+            good: list[tuple[str, Any]] = []
+            while len(good) < min(self.slice_rows, room):
+                row = self._take()
+                if row is None:
+                    break
+                if isinstance(row, RowError):
+                    yield self._fail(row.key, row.message)
+                    continue
+                if self._seen is not None:
+                    if row.key in self._seen:
+                        yield self._fail(
+                            row.key,
+                            f"line {row.line}: the key {row.key!r} was seen before; "
+                            "each row needs a key of its own",
+                            row.data,
+                        )
+                        continue
+                    self._seen.add(row.key)
+                good.append((row.key, row.data))
+            self.peak_held = max(self.peak_held, len(self._pending) + len(good))
+            if good:
+                yield from self._submit(good)
+
+    def _submit(self, rows: list[tuple[str, Any]]) -> Iterator[Ended]:
+        """Plan and submit one part; rows that fail to render fail alone."""
+        try:
+            plan = self._plan(rows, self.batch_id)
+        except ClonefleetError:
+            rows, bad = self._sort_out(rows)
+            for key, data, reason in bad:
+                yield self._fail(key, reason, data)
+            if not rows:
+                return
+            plan = self._plan(rows, self.batch_id)
+        last = self._exhausted
+        with self._lock:
+            if self._cancelled.is_set():
+                return
+            if self.batch_id is None:
+                part = self._client.submit(plan, open=not last)
+                self.batch_id = part.batch_id
+            else:
+                part = self._client.extend(plan, last=last)
+            self._closed = last
+        self.parts += 1
+        self.submitted += len(rows)
+        for job_id, row in zip(part.job_ids, rows, strict=True):
+            self._pending[job_id] = row
+
+    def _sort_out(
+        self, rows: list[tuple[str, Any]]
+    ) -> tuple[list[tuple[str, Any]], list[tuple[str, Any, str]]]:
+        """Plan each row alone to find those that cannot be rendered."""
+        good, bad = [], []
+        for key, data in rows:
+            try:
+                self._plan([(key, data)], self.batch_id)
+            except ClonefleetError as exc:
+                bad.append((key, data, f"row {key!r}: {exc}"))
+            else:
+                good.append((key, data))
+        return good, bad
+
+    def _collect(self) -> Iterator[Ended]:
+        """Wait up to :attr:`poll_s` for pending jobs to end; yield the records of those that
+        did."""
+        ids = list(self._pending)
+        block = self._client.job_block(ids, wait_seconds=self.poll_s)
+        seen = set()
+        ended = []
+        for status in block["jobs"]:
+            seen.add(status["job_id"])
+            if status["status"] in TERMINAL:
+                ended.append(status["job_id"])
+        ended.extend(j for j in ids if j not in seen)  # evicted meanwhile: it ended
+        for job_id in ended:
+            key, data = self._pending.pop(job_id)
+            try:
+                record = self._client.job_result(job_id)
+            except UnknownJobError:
+                yield self._fail(key, f"row {key!r}: job {job_id} is gone from the fleet", data)
+                continue
+            yield Ended(record, data, True)
+
+    def cancel(self) -> None:
+        """Stop submitting rows and cancel the batch's jobs (safe from another thread); the
+        records of jobs already submitted still come back, ``cancelled``."""
+        with self._lock:
+            self._cancelled.set()
+            if self.batch_id is not None:
+                self._client.cancel_many([self.batch_id])
+                self._closed = True  # cancelling a batch closes it
+
+    def _finish(self) -> None:
+        """Close the batch if it is still open (the iterator ended or was dropped early)."""
+        with self._lock:
+            if self.batch_id is not None and not self._closed:
+                self._closed = True
+                self._client.close_batch(self.batch_id)

@@ -1,0 +1,210 @@
+"""The feeder against the in-process scheduler core: rows stream into one growing batch, a
+bounded number at a time, and every row's record comes back once (no Ray)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clonefleet.errors import DefinitionError
+from clonefleet.feed import Feeder, ahead_for, failed_record, slice_for
+from clonefleet.inputs import Row, RowError
+from clonefleet.planning import BatchSubmission
+from clonefleet.scheduler import SchedulerCore
+from clonefleet.testing import InstantHost, make_submission
+
+pytestmark = pytest.mark.timeout(60)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Part:
+    batch_id: str
+    job_ids: tuple[str, ...]
+
+
+class CoreClient:
+    """A synchronous client over a :class:`SchedulerCore` running in a thread's event loop."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.core: SchedulerCore = self._run(self._make())
+        self.calls: list[str] = []
+
+    @staticmethod
+    async def _make() -> SchedulerCore:
+        return SchedulerCore(InstantHost.factory(1))
+
+    def _run(self, coro: Awaitable[T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)  # type: ignore[arg-type]
+
+    def plan(self, rows: Sequence[tuple[str, Any]], batch_id: str | None) -> BatchSubmission:
+        async def make() -> BatchSubmission:
+            sub = make_submission(self.core, len(rows))
+            if batch_id is None:
+                specs = tuple(replace(s, key=k) for s, (k, _) in zip(sub.specs, rows, strict=True))
+                return replace(sub, specs=specs)
+            self.core.table.release_ids([s.job_id for s in sub.specs])
+            specs = tuple(
+                replace(s, batch_id=batch_id, key=k)
+                for s, (k, _) in zip(sub.specs, rows, strict=True)
+            )
+            return replace(sub, batch_id=batch_id, specs=specs)
+
+        return self._run(make())
+
+    def submit(self, plan: BatchSubmission, open: bool = False) -> Part:
+        self.calls.append(f"submit open={open}")
+        out = self._run(self.core.submit(plan, open=open))
+        return Part(out["batch_id"], tuple(out["job_ids"]))
+
+    def extend(self, plan: BatchSubmission, last: bool = False) -> Part:
+        self.calls.append(f"extend last={last}")
+        out = self._run(self.core.extend(plan, last=last))
+        return Part(out["batch_id"], tuple(out["job_ids"]))
+
+    def close_batch(self, batch_id: str) -> bool:
+        self.calls.append("close")
+        return self._run(self.core.close_batch(batch_id))
+
+    def job_block(self, job_ids: Sequence[str], wait_seconds: float | None = None) -> Any:
+        return self._run(self.core.job_block(job_ids, wait_seconds=wait_seconds))
+
+    def job_result(self, job_id: str) -> dict[str, Any]:
+        return self._run(self.core.job_result(job_id))
+
+    def cancel_many(self, ids: Sequence[str]) -> int:
+        self.calls.append("cancel")
+        return self._run(self.core.cancel_many(ids))
+
+    def close(self) -> None:
+        self._run(self.core.aclose())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+@pytest.fixture
+def client() -> Iterator[CoreClient]:
+    c = CoreClient()
+    yield c
+    c.close()
+
+
+class Counted:
+    """A row generator that counts the rows read (to check it is never read far ahead)."""
+
+    def __init__(self, n: int, bad: Callable[[int], bool] = lambda i: False) -> None:
+        self.n, self.bad, self.read = n, bad, 0
+
+    def __iter__(self) -> Iterator[Row | RowError]:
+        for i in range(1, self.n + 1):
+            self.read += 1
+            if self.bad(i):
+                yield RowError(line=i, key=str(i), reason="not valid JSON: Expecting value")
+            else:
+                yield Row(line=i, key=str(i), data={"x": i})
+
+
+def test_twenty_thousand_rows_stream_through_one_batch_with_bounded_rows_held(client):
+    rows = Counted(20_000)
+    feeder = Feeder(rows, client.plan, client, agent="a", ahead=1000, poll_s=0.02)
+    keys = []
+    most_read_ahead = 0
+    for ended in feeder.run():
+        keys.append(ended.record["key"])
+        assert ended.ran and ended.record["status"] == "completed"
+        assert ended.row == {"x": int(ended.record["key"])}
+        most_read_ahead = max(most_read_ahead, rows.read - len(keys))
+    assert sorted(keys, key=int) == [str(i) for i in range(1, 20_001)]
+    assert feeder.peak_held <= 1000
+    assert most_read_ahead <= 1000 + 1  # never more than `ahead` rows (and one read ahead)
+    assert feeder.parts == 20_000 // feeder.slice_rows + (20_000 % feeder.slice_rows > 0)
+    assert client.calls[0] == "submit open=True" and client.calls[-1] == "extend last=True"
+    assert client.calls.count("close") == 0
+    assert client._run(client.core.remaining([feeder.batch_id])) == 0
+    assert len(client._run(client.core.expand([feeder.batch_id]))) == 20_000
+
+
+def test_a_bad_row_or_a_duplicate_key_fails_alone_without_running(client):
+    def rows() -> Iterator[Row | RowError]:
+        yield Row(line=1, key="a", data={"x": 1})
+        yield RowError(line=2, key=None, reason="not valid JSON: Expecting value at column 1")
+        yield Row(line=3, key="a", data={"x": 3})
+        yield Row(line=4, key="b", data={"x": 4})
+
+    feeder = Feeder(rows(), client.plan, client, agent="rev", source="inputs file d.jsonl")
+    out = list(feeder.run())
+    failed = [e for e in out if not e.ran]
+    assert [e.record["key"] for e in failed] == [None, "a"]
+    assert failed[0].record["error"] == (
+        "inputs file d.jsonl: line 2: not valid JSON: Expecting value at column 1"
+    )
+    assert "line 3: the key 'a' was seen before" in failed[1].record["error"]
+    assert {e.record["status"] for e in failed} == {"failed"}
+    assert failed[1].row == {"x": 3}
+    ran = sorted(e.record["key"] for e in out if e.ran)
+    assert ran == ["a", "b"]
+    assert client.calls == ["submit open=False"]  # everything fit one part: a closed batch
+
+
+def test_a_row_that_fails_to_render_fails_alone(client):
+    def plan(rows: Sequence[tuple[str, Any]], batch_id: str | None) -> BatchSubmission:
+        for key, data in rows:
+            if "path" not in data:
+                raise DefinitionError(f"task prompt: the input row has no field 'path' ({key})")
+        return client.plan(rows, batch_id)
+
+    rows = [Row(line=i, key=str(i), data={"path": "p"} if i != 2 else {}) for i in (1, 2, 3)]
+    out = list(Feeder(rows, plan, client, agent="a").run())
+    bad = [e for e in out if not e.ran]
+    assert len(bad) == 1 and bad[0].record["key"] == "2"
+    assert "the input row has no field 'path'" in bad[0].record["error"]
+    assert sorted(e.record["key"] for e in out if e.ran) == ["1", "3"]
+
+
+def test_cancel_stops_submitting_and_closes_the_batch(client):
+    feeder = Feeder(Counted(5000), client.plan, client, agent="a", ahead=300, poll_s=0.02)
+    seen = 0
+    for _ in feeder.run():
+        seen += 1
+        if seen == 10:
+            feeder.cancel()
+    assert seen < 5000 and feeder.submitted < 5000
+    assert "cancel" in client.calls
+    assert client._run(client.core.remaining([feeder.batch_id])) == 0
+
+
+def test_an_iterator_dropped_early_closes_the_batch(client):
+    feeder = Feeder(Counted(2000), client.plan, client, agent="a", ahead=300, poll_s=0.02)
+    run = feeder.run()
+    next(run)
+    run.close()
+    assert client.calls[-1] == "close"
+    assert client._run(client.core.close_batch(feeder.batch_id)) is False
+
+
+@settings(max_examples=60, deadline=None)
+@given(capacity=st.none() | st.integers(1, 100_000))
+def test_ahead_and_slice_sizes(capacity):
+    ahead = ahead_for(capacity)
+    assert ahead >= 1000 and (capacity is None or ahead >= 2 * capacity)
+    size = slice_for(ahead)
+    assert 256 <= size <= 1000 and size <= ahead
+    assert 1 <= slice_for(1) == 1
+
+
+def test_failed_record_has_every_run_record_field():
+    rec = failed_record("k", "why", agent="a", batch_id="b_1")
+    assert rec["status"] == "failed" and rec["outcome"] == "failure" and rec["error"] == "why"
+    assert rec["job_id"] is None and rec["usage"]["total_tokens"] == 0
