@@ -3,9 +3,12 @@ submission the scheduler starts, on the caller's machine or on a spawning clone'
 """
 
 from clonefleet.planning._batch_plan import BatchPlan as BatchPlan
+from clonefleet.planning._batch_plan import RowsPlan as RowsPlan
 from clonefleet.planning._batch_plan import plan_batch as plan_batch
+from clonefleet.planning._batch_plan import plan_rows as plan_rows
 from clonefleet.planning._budget_check import check_batch_budget as check_batch_budget
 from clonefleet.planning._clone_specs import BatchRequest as BatchRequest
+from clonefleet.planning._clone_specs import RowFailure as RowFailure
 from clonefleet.planning._clone_specs import check_count as check_count
 from clonefleet.planning._clone_specs import check_rows as check_rows
 from clonefleet.planning._clone_specs import clone_tools as clone_tools
@@ -27,6 +30,8 @@ __all__ = [
     "BatchSubmission",
     "Fork",
     "NestedPlan",
+    "RowFailure",
+    "RowsPlan",
     "check_batch_budget",
     "check_count",
     "check_planned",
@@ -37,6 +42,7 @@ __all__ = [
     "new_batch_id",
     "new_job_id",
     "plan_batch",
+    "plan_rows",
     "plan_specs",
     "shared_paragraphs",
     "resolve_tools",

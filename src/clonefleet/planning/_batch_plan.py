@@ -11,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from clonefleet.config import Config
-from clonefleet.planning._clone_specs import BatchRequest, check_count, plan_specs
+from clonefleet.errors import UsageError
+from clonefleet.planning._clone_specs import BatchRequest, RowFailure, check_count, plan_specs
 from clonefleet.planning._submission import BatchSubmission, new_batch_id, new_job_id
 from clonefleet.providers import SimScript
 
-__all__ = ["BatchPlan", "plan_batch"]
+__all__ = ["BatchPlan", "RowsPlan", "plan_batch", "plan_rows"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -25,14 +26,31 @@ class BatchPlan:
     submission: BatchSubmission
     request: BatchRequest
     caller_cwd: Path
+    rows_fail_alone: bool = False
+    """Planned by :func:`plan_rows`: the specs are those of the rows that rendered."""
 
     @property
     def job_ids(self) -> tuple[str, ...]:
         return tuple(s.job_id for s in self.submission.specs)
 
     def redraw(self) -> BatchPlan:
-        """The same batch rendered again with newly drawn ids."""
-        return _plan(self.request, self.submission.config, self.caller_cwd)
+        """The same batch rendered again with newly drawn ids (a plan of rows that fail alone:
+        the rows that render again; none is a usage error)."""
+        if not self.rows_fail_alone:
+            return _plan(self.request, self.submission.config, self.caller_cwd)
+        again = _plan_collecting(self.request, self.submission.config, self.caller_cwd)
+        if again.plan is None:
+            raise UsageError("no input row rendered when the batch was planned again")
+        return again.plan
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowsPlan:
+    """What :func:`plan_rows` made of a part's rows: the plan of those that rendered (``None``
+    when none did) and the failure of each that did not, in row order."""
+
+    plan: BatchPlan | None
+    failures: tuple[RowFailure, ...]
 
 
 def plan_batch(
@@ -54,6 +72,8 @@ def plan_batch(
     budget_usd: float | None = None,
     rows: Sequence[tuple[str, Any]] = (),
     batch_id: str | None = None,
+    first_index: int = 0,
+    total: int | None = None,
 ) -> BatchPlan:
     """Check and render a whole batch on this machine, before any cluster is involved.
 
@@ -69,6 +89,9 @@ def plan_batch(
 
     ``batch_id`` plans one more part of an open batch (:meth:`Fleet.extend`): its clones carry
     that batch id; only their job ids are drawn here (and again when one is taken).
+    ``first_index`` and ``total`` number such a part's clones in the whole batch: its clone
+    ``i`` has index ``first_index + i`` (its failover cursor starts there, modulo the group)
+    and ``clone.count`` is ``total`` (default: this part's count).
 
     Raises:
         UsageError: bad count, cwd or model; rows with a repeated key or bad data; a prompt
@@ -77,8 +100,78 @@ def plan_batch(
         DefinitionError: unknown or invalid agent, render failure.
         ConfigError: unreadable simulation script.
     """
+    req = _request(
+        agent, prompt, count, config, model, cwd, approve_chdir, variables, subagents_dirs,
+        sim_script, clones_per_actor, max_concurrency, budget_tokens, budget_usd, rows,
+        batch_id, first_index, total,
+    )  # fmt: skip
+    return _plan(req, config, Path(caller_cwd).resolve())
+
+
+def plan_rows(
+    agent: str,
+    prompt: str,
+    rows: Sequence[tuple[str, Any]],
+    *,
+    config: Config,
+    caller_cwd: Path,
+    model: str | None = None,
+    cwd: str | None = None,
+    approve_chdir: bool = False,
+    variables: Mapping[str, str] | None = None,
+    subagents_dirs: Sequence[str] = (),
+    sim_script: SimScript | str | None = None,
+    clones_per_actor: int | None = None,
+    max_concurrency: int | None = None,
+    budget_tokens: int | None = None,
+    budget_usd: float | None = None,
+    batch_id: str | None = None,
+    first_index: int = 0,
+    total: int | None = None,
+) -> RowsPlan:
+    """Plan a part of a batch mapped over rows, each row failing alone: :func:`plan_batch`
+    with ``rows``, except that a row whose clone cannot be rendered (a template error naming
+    the clone, a missing field, a row nested too deeply, an ``@skill:`` reference that does not
+    resolve) is left out and reported as a :class:`RowFailure`; the others are planned with
+    their indices in the whole batch. No row rendered: the plan is ``None``.
+
+    Raises:
+        UsageError: as :func:`plan_batch` (no rows, a repeated key, bad data, model, cwd...).
+        DefinitionError: unknown or invalid agent; a prompt or body that does not compile.
+        ConfigError: unreadable simulation script.
+    """
+    req = _request(
+        agent, prompt, 1, config, model, cwd, approve_chdir, variables, subagents_dirs,
+        sim_script, clones_per_actor, max_concurrency, budget_tokens, budget_usd, rows,
+        batch_id, first_index, total,
+    )  # fmt: skip
+    if not req.rows:
+        raise UsageError("plan_rows needs at least one input row")
+    return _plan_collecting(req, config, Path(caller_cwd).resolve())
+
+
+def _request(
+    agent: str,
+    prompt: str,
+    count: int,
+    config: Config,
+    model: str | None,
+    cwd: str | None,
+    approve_chdir: bool,
+    variables: Mapping[str, str] | None,
+    subagents_dirs: Sequence[str],
+    sim_script: SimScript | str | None,
+    clones_per_actor: int | None,
+    max_concurrency: int | None,
+    budget_tokens: int | None,
+    budget_usd: float | None,
+    rows: Sequence[tuple[str, Any]],
+    batch_id: str | None,
+    first_index: int,
+    total: int | None,
+) -> BatchRequest:
     script = SimScript.load(sim_script) if isinstance(sim_script, str) else sim_script
-    req = BatchRequest(
+    return BatchRequest(
         agent=agent,
         prompt=prompt,
         count=count,
@@ -97,11 +190,29 @@ def plan_batch(
         budget_usd=budget_usd,
         rows=tuple(rows),
         batch_id=batch_id,
+        first_index=first_index,
+        total=total,
     )
-    return _plan(req, config, Path(caller_cwd).resolve())
+
+
+def _plan_collecting(req: BatchRequest, config: Config, caller_cwd: Path) -> RowsPlan:
+    failures: list[RowFailure] = []
+    plan = _build(req, config, caller_cwd, failures)
+    return RowsPlan(plan=plan, failures=tuple(failures))
 
 
 def _plan(req: BatchRequest, config: Config, caller_cwd: Path) -> BatchPlan:
+    plan = _build(req, config, caller_cwd, None)
+    if plan is None:  # only rows failing alone can leave no clone
+        raise UsageError("no clone of the batch was planned")
+    return plan
+
+
+def _build(
+    req: BatchRequest, config: Config, caller_cwd: Path, failures: list[RowFailure] | None
+) -> BatchPlan | None:
+    """Plan ``req``; with ``failures``, rows fail alone (see :func:`plan_rows`) and the plan is
+    ``None`` when none rendered."""
     from clonefleet.definitions import load_catalog, load_skills
 
     count = check_count(req.clone_count, config)
@@ -121,7 +232,10 @@ def _plan(req: BatchRequest, config: Config, caller_cwd: Path) -> BatchPlan:
         job_ids=job_ids,
         caller_cwd=caller_cwd,
         skills=skills,
+        failures=failures,
     )
+    if not specs:
+        return None
     sub = BatchSubmission(
         batch_id=batch_id,
         specs=specs,
@@ -136,4 +250,6 @@ def _plan(req: BatchRequest, config: Config, caller_cwd: Path) -> BatchPlan:
         budget_tokens=req.budget_tokens,
         budget_usd=req.budget_usd,
     )
-    return BatchPlan(submission=sub, request=req, caller_cwd=caller_cwd)
+    return BatchPlan(
+        submission=sub, request=req, caller_cwd=caller_cwd, rows_fail_alone=failures is not None
+    )

@@ -25,7 +25,7 @@ from clonefleet.definitions import (
     render_batch,
     skill_allowed,
 )
-from clonefleet.errors import ConfigError, UsageError
+from clonefleet.errors import ConfigError, DefinitionError, UsageError
 from clonefleet.permissions import ALLOW_ALL, Policy
 from clonefleet.planning._budget_check import check_batch_budget
 from clonefleet.providers import SimScript
@@ -40,6 +40,7 @@ from clonefleet.vocab import (
 
 __all__ = [
     "BatchRequest",
+    "RowFailure",
     "check_count",
     "check_request",
     "check_rows",
@@ -78,11 +79,31 @@ class BatchRequest:
     batch_id: str | None = None
     """The batch the clones join: an open batch this request grows (``Fleet.extend``);
     ``None`` = a new batch, its id drawn when planned."""
+    first_index: int = 0
+    """The whole batch's index of this request's first clone: a part planned on its own
+    (``Fleet.extend``) numbers its clones on from the parts before it."""
+    total: int | None = None
+    """The whole batch's clone count (``clone.count``, ``CloneSpec.clone_count``) when known;
+    ``None``: this request's own count."""
 
     @property
     def clone_count(self) -> int:
         """How many clones the request asks for: one per row, else ``count`` (unchecked)."""
         return len(self.rows) if self.rows else self.count
+
+
+@dataclass(frozen=True, slots=True)
+class RowFailure:
+    """A dataset row whose clone could not be planned: it fails alone, the other rows are
+    planned."""
+
+    key: str
+    """The row's key."""
+    index: int
+    """The clone's index in the whole batch (0-based)."""
+    reason: str
+    """Why, in plain words, naming the clone (a template error, a missing field, a row nested
+    too deeply, an ``@skill:`` reference that does not resolve)."""
 
 
 def check_count(count: Any, config: Config) -> int:
@@ -267,12 +288,18 @@ def plan_specs(
     caller_tools: Sequence[str] | None = None,
     skills: SkillCatalog | None = None,
     caller_policy: Policy | None = None,
+    failures: list[RowFailure] | None = None,
 ) -> tuple[CloneSpec, ...]:
     """Render every clone of the batch and return their specs (nothing is started).
     ``caller_policy``: a spawning clone's permission policy (see :func:`clone_tools`).
 
+    ``failures``, when given with rows, makes each row fail alone: a row whose clone cannot be
+    rendered is left out of the specs and a :class:`RowFailure` appended; a template that does
+    not compile and every other error still raise.
+
     Raises:
-        UsageError: bad count, prompt (too long), cwd, model, clones per actor or concurrency.
+        UsageError: bad count, prompt (too long), cwd, model, clones per actor or concurrency,
+            first index or total.
         DefinitionError: unknown agent, invalid definition, render failure.
     """
     count = check_count(req.clone_count, config)
@@ -285,6 +312,10 @@ def plan_specs(
     candidates, fallbacks = _model_keys(req, defn, config)
     check_batch_budget(req.budget_tokens, req.budget_usd, config, (*candidates, *fallbacks))
     gets = clone_tools(defn, config, launch, caller_tools, caller_policy)
+    first = req.first_index
+    failed: list[tuple[int, DefinitionError]] | None = (
+        [] if failures is not None and req.rows else None
+    )
     rendered = render_batch(
         defn,
         prompt=req.prompt,
@@ -293,17 +324,22 @@ def plan_specs(
         job_ids=job_ids,
         cwd=str(launch),
         project_path=str(caller_cwd),
-        model_names=[candidates[i % len(candidates)] for i in range(count)],
+        model_names=[candidates[(first + i) % len(candidates)] for i in range(count)],
         variables=dict(req.variables),
         available_tools=list(gets.tools),
         available_subagents=[d.name for d in catalog.listed()],
         available_skills=skills.names() if skills is not None else (),
         skills=skills,
         inputs=[data for _, data in req.rows] if req.rows else None,
+        first_index=first,
+        total=req.total,
+        failures=failed,
     )
+    if failures is not None and failed:
+        failures.extend(RowFailure(req.rows[i][0], first + i, exc.message) for i, exc in failed)
     common: dict[str, Any] = {
         "batch_id": batch_id,
-        "clone_count": count,
+        "clone_count": count if req.total is None else req.total,
         "tools": gets.tools,
         "candidates": tuple(candidates),
         "fallbacks": fallbacks,
@@ -317,7 +353,8 @@ def plan_specs(
         "allow_subagent_spawn": gets.spawn,
         "subagent_provider": defn.subagent_provider or config.subagent_provider,
     }
-    return _specs(rendered, job_ids, common, [key for key, _ in req.rows] if req.rows else None)
+    keys = [key for key, _ in req.rows] if req.rows else None
+    return _specs(rendered, job_ids, common, keys, first)
 
 
 def clone_tools(
@@ -356,22 +393,24 @@ def _specs(
     job_ids: Sequence[str],
     common: dict[str, Any],
     keys: Sequence[str] | None = None,
+    first_index: int = 0,
 ) -> tuple[CloneSpec, ...]:
     """One spec per rendered clone; each starts at candidate ``index mod group size`` and
-    carries its row's key (``keys``, one per clone; ``None``: a counted batch). The
+    carries its row's key (``keys`` and ``job_ids``: one per clone of the part, whose first
+    clone has index ``first_index``; ``keys`` ``None``: a counted batch). The
     paragraphs of the rendered bodies that every clone shares are its ``instructions``, the rest
     its ``instructions_own`` (docs/prompt-cache.md)."""
     shared = shared_paragraphs([r.instructions for r in rendered])
     return tuple(
         CloneSpec(
-            job_id=job_ids[r.index],
+            job_id=job_ids[r.index - first_index],
             clone_index=r.index,
             instructions=shared,
             instructions_own=r.instructions[len(shared) :].removeprefix(PARAGRAPH),
             task=r.task,
             skills=tuple((s.name, s.body) for s in r.skills),
             start=r.index % len(common["candidates"]),
-            key=None if keys is None else keys[r.index],
+            key=None if keys is None else keys[r.index - first_index],
             **common,
         )
         for r in rendered

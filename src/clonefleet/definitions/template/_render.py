@@ -44,7 +44,7 @@ from clonefleet.definitions.template._render_budget import (
     set_render_budget,
 )
 from clonefleet.definitions.template._rows import row_value
-from clonefleet.errors import TemplateError, UsageError
+from clonefleet.errors import DefinitionError, TemplateError, UsageError
 
 __all__ = ["FRAGMENTS_DIR", "render_batch", "render_template", "transclude"]
 
@@ -294,9 +294,20 @@ def _check_batch_args(
     job_ids: Sequence[str],
     model_names: Sequence[str],
     inputs: Sequence[Any] | None,
+    first_index: int,
+    total: int | None,
 ) -> None:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise UsageError(f"count must be a positive integer, not {count!r}")
+    if isinstance(first_index, bool) or not isinstance(first_index, int) or first_index < 0:
+        raise UsageError(f"first_index must be a whole number of 0 or more, not {first_index!r}")
+    if total is not None and (
+        isinstance(total, bool) or not isinstance(total, int) or total < first_index + count
+    ):
+        raise UsageError(
+            f"total must be a whole number of at least first_index + count"
+            f" ({first_index + count}), not {total!r}"
+        )
     if len(job_ids) != count or len(model_names) != count:
         raise UsageError(
             f"render_batch needs one job id and one model name per clone: count={count},"
@@ -308,22 +319,36 @@ def _check_batch_args(
         )
 
 
-def _inputs_of(inputs: Sequence[Any] | None) -> list[Any] | None:
-    """Each clone's row as its templates' ``input`` (see ``_rows``)."""
-    if inputs is None:
-        return None
-    out = []
-    for i, data in enumerate(inputs):
-        try:
-            out.append(row_value(data))
-        except RecursionError:
-            raise TemplateError(
-                f"input row of clone {i}: nested too deeply to use in a template",
-                "template-limit",
-                None,
-                "input",
-            ) from None
-    return out
+def _row_of(data: Any, index: int) -> Any:
+    """Clone ``index``'s row as its templates' ``input`` (see ``_rows``).
+
+    Raises:
+        TemplateError: a row nested too deeply to use.
+    """
+    try:
+        return row_value(data)
+    except RecursionError:
+        raise TemplateError(
+            f"input row of clone {index}: nested too deeply to use in a template",
+            "template-limit",
+            None,
+            "input",
+        ) from None
+
+
+def _compiles(source: str, what: str, path: str | None, field: str) -> None:
+    """Check that a template compiles, naming no clone (its failure is every clone's).
+
+    Raises:
+        TemplateError: over a source cap, or a syntax error.
+    """
+    if "{" not in source:
+        return
+    _check_source(source, what, path, field)
+    try:
+        _compile(source)
+    except Exception as exc:  # noqa: BLE001
+        raise _translate(exc, what, {}, path, field) from None
 
 
 _NO_ROW: Any = object()
@@ -401,6 +426,9 @@ def render_batch(
     current_date: str | None = None,
     clock: Callable[[], float] = time.monotonic,
     inputs: Sequence[Any] | None = None,
+    first_index: int = 0,
+    total: int | None = None,
+    failures: list[tuple[int, DefinitionError]] | None = None,
 ) -> list[RenderedClone]:
     """Render the task (and native body) of every clone of a batch before any is launched.
 
@@ -415,16 +443,33 @@ def render_batch(
     text row): each clone's task and native body see it as ``input`` (a data row prints as its
     compact JSON; its values are data, never rendered). Without it ``input`` is undefined.
 
+    ``first_index`` and ``total`` render one part of a larger batch: the part's clone ``i`` is
+    ``clone.index`` ``first_index + i`` (``clone.number`` one more) and ``clone.count`` is
+    ``total`` (default: ``count``). ``job_ids``, ``model_names`` and ``inputs`` stay one per
+    clone of the part.
+
+    ``failures``, when given, makes each clone fail alone: a clone whose task, body or row
+    cannot be rendered (a template error, an ``@skill:`` reference of its task) is left out of
+    the result and ``(i, error)`` appended (``i``: its position in the part; the error's message
+    names the clone). A prompt or body that does not compile is still raised at once, naming no
+    clone.
+
     Returns:
-        One :class:`RenderedClone` per clone, in index order.
+        One :class:`RenderedClone` per clone (per clone that rendered, with ``failures``), in
+        index order.
 
     Raises:
-        TemplateError: any render failure (the whole batch is rejected).
+        TemplateError: any render failure (the whole batch is rejected; with ``failures``, only
+            a template that does not compile).
         DefinitionError: an ``@skill:`` reference that is denied, disabled or unresolved.
-        UsageError: ``count``, ``job_ids``, ``model_names`` and ``inputs`` disagree.
+        UsageError: ``count``, ``job_ids``, ``model_names``, ``inputs``, ``first_index`` and
+            ``total`` disagree.
     """
-    _check_batch_args(count, job_ids, model_names, inputs)
-    rows = _inputs_of(inputs)
+    _check_batch_args(count, job_ids, model_names, inputs, first_index, total)
+    if failures is not None:
+        _compiles(prompt, "task prompt", None, "prompt")
+        if defn.templated:
+            _compiles(defn.body, f"body of {defn.name!r}", defn.path, "body")
     shown: dict[str, Any] = {
         **_user_variables(variables or {}),
         "subagent_name": defn.name,
@@ -440,11 +485,20 @@ def render_batch(
     }
     deadline = clock() + BATCH_OVERHEAD_S + PER_CLONE_S * count
     batch = _BatchRenderer(defn, prompt, shown, deadline, clock, project_path, skills)
-    return [
-        batch.render(
-            CloneInfo(index=i, count=count, job_id=job_ids[i], number=i + 1),
-            model_names[i],
-            _NO_ROW if rows is None else rows[i],
-        )
-        for i in range(count)
-    ]
+    whole = count if total is None else total
+    out: list[RenderedClone] = []
+    for i in range(count):
+        index = first_index + i
+        try:
+            out.append(
+                batch.render(
+                    CloneInfo(index=index, count=whole, job_id=job_ids[i], number=index + 1),
+                    model_names[i],
+                    _NO_ROW if inputs is None else _row_of(inputs[i], index),
+                )
+            )
+        except DefinitionError as exc:
+            if failures is None:
+                raise
+            failures.append((i, exc))
+    return out
