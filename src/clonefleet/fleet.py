@@ -9,9 +9,10 @@ Ray's own errors never reach the caller: ours come back unwrapped, system errors
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Unpack, cast
@@ -31,11 +32,13 @@ from clonefleet.cluster import (
 from clonefleet.config import Config, load_config
 from clonefleet.control import Seconds
 from clonefleet.errors import ClusterError, IdCollision, UsageError
+from clonefleet.feed import Feeder, ahead_for
+from clonefleet.inputs import Row, RowError
 from clonefleet.planning import BatchPlan as BatchPlan
 from clonefleet.planning import BatchSubmission
 from clonefleet.planning import plan_batch as plan_batch
 
-__all__ = ["Batch", "BatchPlan", "Fleet", "plan_batch"]
+__all__ = ["Batch", "BatchPlan", "Fleet", "MapBatch", "plan_batch"]
 
 LIST_PAGE = 1000
 """Jobs per reply when :meth:`Fleet.list_jobs` fetches a whole listing."""
@@ -51,6 +54,71 @@ class Batch:
 
     batch_id: str
     job_ids: tuple[str, ...]
+
+
+class MapBatch:
+    """A definition mapped over a dataset (:meth:`Fleet.map`): one growing batch, fed rows as
+    its jobs end."""
+
+    def __init__(self, feeder: Feeder) -> None:
+        self._feeder = feeder
+
+    @property
+    def batch_id(self) -> str | None:
+        """The batch's id (``None`` only when no row of the dataset could be submitted)."""
+        return self._feeder.batch_id
+
+    @property
+    def submitted(self) -> int:
+        """Rows submitted as jobs so far."""
+        return self._feeder.submitted
+
+    def as_completed(self) -> Iterator[dict[str, Any]]:
+        """Yield each row's run record (with ``key``) as its job ends, feeding the next rows
+        meanwhile; a row that failed without running comes as a ``failed`` record with the
+        reason. Ends once every row has its record (or, after :meth:`cancel`, every row
+        submitted). Iterate it once."""
+        for ended in self._feeder.run():
+            yield ended.record
+
+    def cancel(self) -> None:
+        """Stop submitting rows and cancel the batch (safe from another thread)."""
+        self._feeder.cancel()
+
+
+def _map_rows(inputs: Iterable[Any], key: str | None) -> Iterator[Row | RowError]:
+    """``inputs`` (mappings or strings) as rows numbered from 1, keyed by ``key``'s field or
+    their number; an item that is neither, or lacks a usable key, is a :class:`RowError`."""
+    for number, item in enumerate(inputs, 1):
+        if isinstance(item, Mapping):
+            data: dict[str, Any] | str = dict(item)
+        elif isinstance(item, str):
+            data = item
+        else:
+            reason = f"a {type(item).__name__}, not a mapping or a string"
+            yield RowError(line=number, key=None if key else str(number), reason=reason)
+            continue
+        if key is None:
+            yield Row(line=number, key=str(number), data=data)
+            continue
+        if not isinstance(data, dict):
+            yield RowError(line=number, key=None, reason=f"a string has no key field {key!r}")
+            continue
+        if key not in data:
+            yield RowError(line=number, key=None, reason=f"no key field {key!r}")
+            continue
+        value = data[key]
+        if isinstance(value, str) and value:
+            yield Row(line=number, key=value, data=data)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            yield Row(line=number, key=json.dumps(value), data=data)
+        else:
+            what = "empty" if value == "" else f"{json.dumps(value, default=str)}"
+            yield RowError(
+                line=number,
+                key=None,
+                reason=f"the key field {key!r} is {what}, not a string or number",
+            )
 
 
 class Fleet:
@@ -247,6 +315,60 @@ class Fleet:
         return self.submit(
             plan_batch(agent, prompt, count, config=self.config, caller_cwd=self.cwd, **options)
         )
+
+    def map(
+        self,
+        agent: str,
+        prompt: str,
+        inputs: Iterable[Any],
+        key: str | None = None,
+        *,
+        ahead: int | None = None,
+        **options: Any,
+    ) -> MapBatch:
+        """Run ``agent`` once per item of ``inputs``, each clone seeing its item as ``input``.
+
+        ``inputs`` is any iterable of mappings or strings, a generator too: it is read as room
+        frees up, a slice at a time, never whole. Each row's key is its ``key`` field's value
+        (a number as its JSON text), or its 1-based number without ``key``. A row that is
+        neither a mapping nor a string, lacks its key, repeats a key seen before or fails to
+        render fails alone. ``options`` are those of :func:`plan_batch` but ``rows`` and
+        ``batch_id``. ``ahead`` is the most rows submitted and not yet ended (default: twice
+        the cap, at least 1,000); the first slice is submitted before this returns.
+
+        Raises:
+            UsageError, DefinitionError: as :meth:`spawn` (bad options, unknown agent, a
+                template none of the first rows renders): nothing started.
+        """
+        for name in ("rows", "batch_id", "count"):
+            if name in options:
+                raise UsageError(f"Fleet.map takes no {name!r}: the rows come from inputs")
+        if ahead is not None and (
+            isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 1
+        ):
+            raise UsageError(f"ahead must be a whole number of 1 or more, got {ahead!r}")
+        if ahead is None:
+            cap = options.get("max_concurrency") or self.list_jobs(limit=1)["capacity"].get(
+                "max_concurrency"
+            )
+            ahead = ahead_for(cap)
+
+        def plan(rows: Sequence[tuple[str, Any]], batch_id: str | None) -> BatchPlan:
+            return plan_batch(
+                agent,
+                prompt,
+                config=self.config,
+                caller_cwd=self.cwd,
+                rows=rows,
+                batch_id=batch_id,
+                **options,
+            )
+
+        feeder = Feeder(
+            _map_rows(inputs, key), plan, self, agent=agent, ahead=ahead, source="inputs"
+        )
+        feeder.start()
+        return MapBatch(feeder)
 
     def submit(self, plan: BatchPlan, open: bool = False) -> Batch:
         """Start a batch planned with :func:`plan_batch` (drawing new ids if one is taken).

@@ -63,6 +63,7 @@ EXTRAS: dict[type, set[str]] = {
     SchedulerControl: {"message"},
     Fleet: {
         "spawn",
+        "map",  # a definition over a dataset: submit and extend as rows come (like spawn)
         "submit",
         "extend",
         "close_batch",

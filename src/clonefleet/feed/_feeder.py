@@ -173,6 +173,8 @@ class Feeder:
         self.submitted = 0
         """Rows submitted as jobs so far."""
         self.parts = 0
+        self._started = False
+        self._early: list[Ended] = []
 
     # -- reading rows --------------------------------------------------------------------
     def _take(self) -> Row | RowError | None:
@@ -195,10 +197,25 @@ class Feeder:
         )
 
     # -- the loop ------------------------------------------------------------------------
+    def start(self) -> None:
+        """Read, plan and submit the first slice now (so :attr:`batch_id` is known), keeping
+        the rows of it that failed alone for :meth:`run`.
+
+        Raises:
+            ClonefleetError: no row of the first slice could be planned (a bad option, an
+                unknown definition, a template no row renders): nothing was submitted.
+        """
+        if not self._started:
+            self._started = True
+            self._early = list(self._slice(first=True))
+
     def run(self) -> Iterator[Ended]:
         """Submit rows and yield each row's end, until every row read has ended (or, after
         :meth:`cancel`, every row submitted)."""
         try:
+            self.start()
+            yield from self._early
+            self._early = []
             while True:
                 yield from self._fill()
                 if not self._pending:
@@ -212,38 +229,43 @@ class Feeder:
     def _fill(self) -> Iterator[Ended]:
         """Read and submit slices while there is room; yields the rows that fail alone."""
         while not self._cancelled.is_set() and not self._exhausted:
-            room = self.ahead - len(self._pending)
-            if room < min(self.slice_rows, self.ahead):
+            if self.ahead - len(self._pending) < self.slice_rows:
                 return
-            good: list[tuple[str, Any]] = []
-            while len(good) < min(self.slice_rows, room):
-                row = self._take()
-                if row is None:
-                    break
-                if isinstance(row, RowError):
-                    yield self._fail(row.key, row.message)
-                    continue
-                if self._seen is not None:
-                    if row.key in self._seen:
-                        yield self._fail(
-                            row.key,
-                            f"line {row.line}: the key {row.key!r} was seen before; "
-                            "each row needs a key of its own",
-                            row.data,
-                        )
-                        continue
-                    self._seen.add(row.key)
-                good.append((row.key, row.data))
-            self.peak_held = max(self.peak_held, len(self._pending) + len(good))
-            if good:
-                yield from self._submit(good)
+            yield from self._slice()
 
-    def _submit(self, rows: list[tuple[str, Any]]) -> Iterator[Ended]:
+    def _slice(self, first: bool = False) -> Iterator[Ended]:
+        """Read up to one slice of rows and submit those that are good; yields the others."""
+        good: list[tuple[str, Any]] = []
+        for _ in range(self.slice_rows):
+            row = self._take()
+            if row is None:
+                break
+            if isinstance(row, RowError):
+                yield self._fail(row.key, row.message)
+                continue
+            if self._seen is not None:
+                if row.key in self._seen:
+                    yield self._fail(
+                        row.key,
+                        f"line {row.line}: the key {row.key!r} was seen before; "
+                        "each row needs a key of its own",
+                        row.data,
+                    )
+                    continue
+                self._seen.add(row.key)
+            good.append((row.key, row.data))
+        self.peak_held = max(self.peak_held, len(self._pending) + len(good))
+        if good:
+            yield from self._submit(good, first)
+
+    def _submit(self, rows: list[tuple[str, Any]], first: bool = False) -> Iterator[Ended]:
         """Plan and submit one part; rows that fail to render fail alone."""
         try:
             plan = self._plan(rows, self.batch_id)
         except ClonefleetError:
             rows, bad = self._sort_out(rows)
+            if first and not rows:
+                raise  # nothing in the first slice renders: a whole-batch error, said once
             for key, data, reason in bad:
                 yield self._fail(key, reason, data)
             if not rows:

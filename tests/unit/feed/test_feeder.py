@@ -208,3 +208,22 @@ def test_failed_record_has_every_run_record_field():
     rec = failed_record("k", "why", agent="a", batch_id="b_1")
     assert rec["status"] == "failed" and rec["outcome"] == "failure" and rec["error"] == "why"
     assert rec["job_id"] is None and rec["usage"]["total_tokens"] == 0
+
+
+def test_a_first_slice_that_renders_no_row_is_one_error_and_nothing_starts(client):
+    def plan(rows: Sequence[tuple[str, Any]], batch_id: str | None) -> BatchSubmission:
+        raise DefinitionError("unknown definition 'nope'")
+
+    feeder = Feeder(Counted(10), plan, client, agent="nope")
+    with pytest.raises(DefinitionError, match="unknown definition 'nope'"):
+        feeder.start()
+    assert client.calls == [] and feeder.batch_id is None
+
+
+def test_start_submits_the_first_slice_and_keeps_its_failed_rows(client):
+    feeder = Feeder(Counted(600, bad=lambda i: i == 3), client.plan, client, agent="a", ahead=300)
+    feeder.start()
+    assert feeder.batch_id is not None and feeder.submitted == feeder.slice_rows - 1 == 255
+    out = list(feeder.run())
+    assert [e.record["key"] for e in out if not e.ran] == ["3"]
+    assert len(out) == 600
