@@ -59,8 +59,8 @@ def add_run_parser(sub: Any) -> None:
     run.add_argument(
         "--count",
         type=_count,
-        default=1,
-        help="number of clones (default 1, at most limits.max_count)",
+        default=None,
+        help="number of clones (default 1, at most limits.max_count); not with --inputs",
     )
     run.add_argument("--model", help="model, alias or @mg:GROUP overriding the definition's")
     run.add_argument("--cwd", help="launch directory (default: the current directory)")
@@ -84,6 +84,43 @@ def add_run_parser(sub: Any) -> None:
     )
     _add_run_execution_options(run)
     _add_run_display_options(run)
+    _add_run_inputs_options(run)
+
+
+def _add_run_inputs_options(run: argparse.ArgumentParser) -> None:
+    """A definition mapped over a dataset: one clone per row (docs/inputs.md)."""
+    run.add_argument(
+        "--inputs",
+        metavar="FILE",
+        help="run one clone per row of FILE (JSONL, CSV, TSV or text; - for standard input), "
+        "each seeing its row as {{ input }}",
+    )
+    run.add_argument(
+        "--inputs-format",
+        metavar="FORMAT",
+        help="jsonl, csv, tsv or text (default: from the extension)",
+    )
+    run.add_argument(
+        "--key", metavar="FIELD", help="the field that identifies a row (default: its line)"
+    )
+    run.add_argument(
+        "--limit", type=whole_number(1), metavar="N", help="only the first N rows of --inputs"
+    )
+    run.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the rows --out already has a record for (implied when --out has records)",
+    )
+    run.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="run again the rows whose record in --out failed (with --inputs)",
+    )
+    run.add_argument(
+        "--include-input",
+        action="store_true",
+        help="write each row into its record in --out (as input)",
+    )
 
 
 def _add_run_display_options(run: argparse.ArgumentParser) -> None:
@@ -161,6 +198,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     # count, definition, cwd, model, and the rendering of every clone.
     config = load_config(args.config)
     print(f"clonefleet: {config_line(config)}", file=sys.stderr, flush=True)
+    _check_inputs_flags(args)
+    if args.inputs is not None:
+        from clonefleet.cli.run import _run_inputs as run_inputs
+
+        return run_inputs(args, config)
     plan = _plan(args, config)
     address = resolve_address(args.address)
     if args.detach and address is None:
@@ -246,6 +288,26 @@ def _run_batch(
     return EXIT_OK if ok and len(records) == len(batch.job_ids) else EXIT_FAILED
 
 
+def _check_inputs_flags(args: argparse.Namespace) -> None:
+    """Refuse flags that belong to --inputs without it, and --count with it."""
+    if args.inputs is not None:
+        if args.count is not None:
+            raise UsageError(
+                "--count and --inputs do not go together: --inputs runs one clone a row"
+            )
+        if args.detach:
+            raise UsageError("--inputs feeds its rows while the batch runs; not with --detach")
+        if args.resume and not args.out:
+            raise UsageError("--resume reads the records of --out; give --out FILE")
+        return
+    for flag in ("inputs_format", "key", "limit"):
+        if getattr(args, flag) is not None:
+            raise UsageError(f"--{flag.replace('_', '-')} goes with --inputs FILE")
+    for flag in ("resume", "retry_failed", "include_input"):
+        if getattr(args, flag):
+            raise UsageError(f"--{flag.replace('_', '-')} goes with --inputs FILE")
+
+
 def _plan(args: argparse.Namespace, config: Any) -> Any:
     """The checked, rendered batch of a ``run`` command line (nothing has started)."""
     from clonefleet.fleet import plan_batch
@@ -253,7 +315,7 @@ def _plan(args: argparse.Namespace, config: Any) -> Any:
     return plan_batch(
         args.agent,
         args.prompt,
-        args.count,
+        1 if args.count is None else args.count,
         config=config,
         caller_cwd=Path.cwd(),
         model=args.model,
@@ -307,3 +369,135 @@ def _summary(
         address=None if args.address in (None, "auto") else args.address,
     )
     print_summary(make_console(), summary(end, config, table=args.table, kept=keep_failures(end)))
+
+
+def _run_inputs(args: argparse.Namespace, config: Any) -> int:
+    """``run AGENT --inputs FILE``: one clone per row, fed into one growing batch; each row's
+    record goes to ``--out`` (and stdout with ``--json``) as it ends (docs/inputs.md)."""
+    import tempfile
+
+    from clonefleet.cluster import resolve_address, stop_current_session
+    from clonefleet.feed import InputsRequest, InputsRun
+
+    request = InputsRequest(
+        inputs=args.inputs,
+        inputs_format=args.inputs_format,
+        key=args.key,
+        limit=args.limit,
+        out=args.out,
+        retry_failed=args.retry_failed,
+        include_input=args.include_input,
+    )
+    address = resolve_address(args.address)
+    with tempfile.TemporaryDirectory(prefix="clonefleet-run-") as folder:
+        prepared = InputsRun(
+            request, _row_planner(args, config), agent=args.agent, config=config, spool_dir=folder
+        )
+        run = _Run(address)
+        say_outcome(run.what_became)
+        try:
+            try:
+                return _feed_rows(args, config, prepared, address, run)
+            finally:
+                if run.fleet is not None:
+                    run.fleet.close()
+                prepared.close()
+        except KeyboardInterrupt as exc:
+            stop_current_session()
+            stop = as_interrupted(exc)
+            print(interrupted_line(stop), file=sys.stderr)
+            return stop.exit_status
+
+
+def _row_planner(args: argparse.Namespace, config: Any) -> Any:
+    """Plans one part of rows: :func:`plan_batch` with the command line's options."""
+    from clonefleet.fleet import plan_batch
+
+    def plan(rows: Any, batch_id: str | None) -> Any:
+        return plan_batch(
+            args.agent,
+            args.prompt,
+            config=config,
+            caller_cwd=Path.cwd(),
+            model=args.model,
+            cwd=args.cwd,
+            approve_chdir=args.allow_chdir,
+            variables=dict(args.var),
+            subagents_dirs=args.subagents_dir,
+            sim_script=args.sim_script,
+            clones_per_actor=args.clones_per_actor,
+            max_concurrency=args.max_concurrency,
+            budget_tokens=args.budget_tokens,
+            budget_usd=args.budget_usd,
+            rows=rows,
+            batch_id=batch_id,
+        )
+
+    return plan
+
+
+def _feed_rows(
+    args: argparse.Namespace, config: Any, prepared: Any, address: str | None, run: _Run
+) -> int:
+    """Connect, feed the rows, write each record as its row ends; 0 when every row's record
+    (those skipped included) is a success."""
+    from clonefleet.feed import ahead_for
+    from clonefleet.fleet import Fleet
+
+    say = _say(args)
+    if prepared.skipped_failed or prepared.total != prepared.to_run:
+        done = prepared.total - prepared.to_run
+        say(f"{done} of {prepared.total} rows already have a record in {args.out}: skipped")
+    if prepared.to_run == 0:
+        say("nothing to run")
+        return EXIT_OK if _all_done_succeeded(prepared) else EXIT_FAILED
+    fleet = run.fleet = Fleet(address, config=config)
+    fleet.wait_margin_s = FOLLOW_MARGIN_S
+    cap = args.max_concurrency or config.limits.max_concurrency
+    feeder = prepared.feeder(fleet, ahead_for(cap))
+    feeder.start()
+    run.batch_id = feeder.batch_id
+    say(f"batch {feeder.batch_id}: {prepared.to_run} rows of {prepared.name}")
+    ended = succeeded_rows = 0
+    for item in feeder.run():
+        run.batch_id = feeder.batch_id
+        record = item.record
+        ended += 1
+        succeeded_rows += succeeded(record)
+        if prepared.writer is not None:
+            prepared.writer.write(record, item.row)
+        if args.json:
+            out = dict(record)
+            if args.include_input:
+                out["input"] = item.row
+            print(json.dumps(out, default=str), flush=True)
+        else:
+            detail = f" ({record['error']})" if record.get("error") else ""
+            say(
+                f"[{ended}/{prepared.to_run}] row {record.get('key')}: "
+                f"{record['status']} {record.get('outcome') or ''}{detail}".rstrip()
+            )
+    run.ended = True
+    failed = ended - succeeded_rows
+    say(
+        f"{ended} rows ran: {succeeded_rows} succeeded, {failed} failed"
+        + (f"; records in {args.out}" if args.out else "")
+    )
+    ok = failed == 0 and ended == prepared.to_run and prepared.skipped_failed == 0
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def _all_done_succeeded(prepared: Any) -> bool:
+    """Whether no row skipped as done had a failed record (read the rows to count them)."""
+    for _ in prepared.rows():
+        pass
+    return bool(prepared.skipped_failed == 0)
+
+
+def _say(args: argparse.Namespace) -> Any:
+    """Print a progress line on stderr (``clonefleet: ...``)."""
+
+    def say(text: str) -> None:
+        print(f"clonefleet: {text}", file=sys.stderr, flush=True)
+
+    return say

@@ -16,12 +16,16 @@ from clonefleet.feed._feeder import Planner as Planner
 from clonefleet.feed._feeder import ahead_for as ahead_for
 from clonefleet.feed._feeder import failed_record as failed_record
 from clonefleet.feed._feeder import slice_for as slice_for
+from clonefleet.feed._inputs_run import InputsRequest as InputsRequest
+from clonefleet.feed._inputs_run import InputsRun as InputsRun
 
 __all__ = [
     "DEFAULT_AHEAD",
     "Ended",
     "FeedClient",
     "Feeder",
+    "InputsRequest",
+    "InputsRun",
     "Part",
     "Planner",
     "ahead_for",

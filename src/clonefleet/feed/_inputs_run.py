@@ -1,0 +1,195 @@
+"""An ``--inputs`` run prepared before anything starts: the file checked and counted, the
+results file read for resuming, the first rows planned, the results file opened."""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from clonefleet.config import Config
+from clonefleet.errors import ClonefleetError
+from clonefleet.feed._feeder import FeedClient, Feeder, Planner, slice_for
+from clonefleet.inputs import (
+    Row,
+    RowError,
+    check_source,
+    count_and_check_keys,
+    input_format,
+    read_rows,
+    spool,
+)
+from clonefleet.results import KeyState, ResultsIndex, ResultsWriter
+
+__all__ = ["InputsRequest", "InputsRun"]
+
+STDIN = "-"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InputsRequest:
+    """What a command line asks of an ``--inputs`` run."""
+
+    inputs: str
+    """The inputs file, ``-`` for standard input."""
+    inputs_format: str | None = None
+    key: str | None = None
+    limit: int | None = None
+    out: str | None = None
+    retry_failed: bool = False
+    include_input: bool = False
+
+
+def _is_fifo(path: str) -> bool:
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+class InputsRun:
+    """An ``--inputs`` run, checked before Ray starts (every problem with the request is one
+    :class:`~clonefleet.errors.UsageError` or definition error here).
+
+    Args:
+        request: the :class:`InputsRequest`.
+        plan: the :data:`~clonefleet.feed.Planner` of one part.
+        agent: the definition's name.
+        config: the config (``limits.max_count``, prices for CSV's ``cost_usd``).
+        spool_dir: where standard input or a FIFO is copied (the caller removes it).
+
+    Standard input and FIFOs are spooled first; the file is checked, counted (its keys checked
+    with a key field), the ``--out`` file read for the keys done, and the first slice of rows to
+    run planned (a first slice none of whose rows renders is the error of the run). Then the
+    results file is opened (its lock taken, a CSV header checked).
+    """
+
+    def __init__(
+        self,
+        request: InputsRequest,
+        plan: Planner,
+        *,
+        agent: str,
+        config: Config,
+        spool_dir: str | os.PathLike[str],
+    ) -> None:
+        self.request, self._plan, self.agent = request, plan, agent
+        shown = "standard input" if request.inputs == STDIN else request.inputs
+        self.name = shown
+        path: str = request.inputs
+        if path == STDIN or _is_fifo(path):
+            path = os.fspath(spool(path, spool_dir, name=shown))
+        self.path = path
+        self.format = input_format(
+            request.inputs,
+            request.inputs_format,
+            content=path if request.inputs == STDIN else None,
+        )
+        check_source(path, self.format, name=shown)
+        self.total = count_and_check_keys(
+            path,
+            self.format,
+            key=request.key,
+            limit=request.limit,
+            max_count=config.limits.max_count,
+            name=shown,
+        )
+        """Rows in the file (up to ``--limit``)."""
+        self.index: ResultsIndex | None = None
+        if request.out and Path(request.out).is_file():
+            self.index = ResultsIndex.read(request.out)
+        self.skipped = 0
+        """Rows skipped because ``--out`` has their key done (counted once :meth:`rows` ran)."""
+        self.skipped_failed = 0
+        """Of those, rows whose record there failed (without ``--retry-failed``)."""
+        self.to_run = self._count_to_run()
+        """Rows this run reads into the batch (the total less those already done)."""
+        schema = self._check_first_slice()
+        self.writer: ResultsWriter | None = None
+        if request.out:
+            self.writer = ResultsWriter(
+                request.out,
+                index=self.index,
+                include_input=request.include_input,
+                exit_schema=schema,
+                config=config,
+            )
+
+    def _done(self, key: str | None) -> bool:
+        return (
+            key is not None
+            and self.index is not None
+            and self.index.skip(key, self.request.retry_failed)
+        )
+
+    def _count_to_run(self) -> int:
+        """The rows not done already (one more pass over the file when resuming)."""
+        if self.index is None or not len(self.index):
+            return self.total
+        return sum(1 for _ in self._read(count=False))
+
+    def _read(self, count: bool = True) -> Iterator[Row | RowError]:
+        """The file's rows whose key is not done (counting those that are)."""
+        req = self.request
+        for row in read_rows(self.path, self.format, key=req.key, limit=req.limit, name=self.name):
+            if self._done(row.key):
+                if count:
+                    self.skipped += 1
+                    if self.index is not None and row.key is not None:
+                        failed = self.index.state(row.key) is KeyState.FAILED
+                        self.skipped_failed += failed
+                continue
+            yield row
+
+    def rows(self) -> Iterator[Row | RowError]:
+        """The rows to run, in file order, read lazily."""
+        return self._read()
+
+    def _check_first_slice(self) -> dict[str, Any]:
+        """Plan the first slice of rows to run (nothing is kept); returns the definition's
+        exit schema. Raises when none of those rows renders."""
+        head = islice(self._read(count=False), slice_for(1000))
+        first = [(r.key, r.data) for r in head if isinstance(r, Row)]
+        if not first:
+            return {}
+        try:
+            plan = self._plan(first, None)
+        except ClonefleetError as whole:
+            plan = None
+            for row in first:
+                try:
+                    plan = self._plan([row], None)
+                    break
+                except ClonefleetError:
+                    continue
+            if plan is None:
+                raise whole from None
+        return _exit_schema(plan)
+
+    def feeder(self, client: FeedClient, ahead: int, poll_s: float = 0.25) -> Feeder:
+        """The :class:`Feeder` of this run's rows (the keys were checked by the count pass)."""
+        return Feeder(
+            self.rows(),
+            self._plan,
+            client,
+            agent=self.agent,
+            ahead=ahead,
+            check_keys=False,
+            source=f"inputs file {self.name}",
+            poll_s=poll_s,
+        )
+
+    def close(self) -> None:
+        """Close the results file (synced to disk)."""
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _exit_schema(plan: Any) -> dict[str, Any]:
+    """The exit schema of a plan's clones (``{}`` when it has none)."""
+    specs: Sequence[Any] = getattr(getattr(plan, "submission", None), "specs", ())
+    return dict(specs[0].exit_schema) if specs else {}

@@ -1,0 +1,133 @@
+"""`clonefleet run AGENT --inputs FILE` end to end in a subprocess (its own embedded Ray): one
+clone per row, keyed records in --out, a rerun that skips the rows done, and a run killed
+mid-way that a rerun completes with exactly one success per key."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(240)
+
+ROWS = 12
+
+
+def _rows(tmp_path: Path) -> Path:
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"id": f"k{i}", "x": i}) + "\n" for i in range(ROWS)))
+    return data
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_inputs_run_keys_every_record_and_a_rerun_skips_them_all(cli_run, tmp_path):
+    data = _rows(tmp_path)
+    out = tmp_path / "out.jsonl"
+    args = ("run", "general-purpose", "--prompt", "Say {{ input.x }}", "--inputs", str(data))
+    first = cli_run(*args, "--key", "id", "--out", str(out), "--include-input", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    records = _records(out)
+    assert sorted(r["key"] for r in records) == sorted(f"k{i}" for i in range(ROWS))
+    assert {r["status"] for r in records} == {"completed"}
+    assert len({r["batch_id"] for r in records}) == 1
+    assert all(r["input"] == {"id": r["key"], "x": int(r["key"][1:])} for r in records)
+    assert f"{ROWS} rows ran: {ROWS} succeeded, 0 failed" in first.stderr
+
+    again = cli_run(*args, "--key", "id", "--out", str(out), "--include-input", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert f"{ROWS} of {ROWS} rows already have a record in {out}: skipped" in again.stderr
+    assert "nothing to run" in again.stderr
+    assert len(_records(out)) == ROWS
+
+
+def test_a_bad_row_fails_alone_and_the_exit_status_is_1(cli_run, tmp_path):
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"x": 1}\nnot json\n{"x": 3}\n')
+    run = cli_run(
+        "run", "general-purpose", "--prompt", "Say {{ input.x }}", "--inputs", str(data),
+        "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 1, run.stderr
+    records = [json.loads(line) for line in run.stdout.splitlines()]
+    by_key = {r["key"]: r for r in records}
+    assert sorted(by_key) == ["1", "2", "3"]
+    assert by_key["2"]["status"] == "failed" and by_key["2"]["job_id"] is None
+    assert by_key["2"]["error"].startswith(f"inputs file {data}: line 2: not valid JSON")
+    assert by_key["1"]["status"] == by_key["3"]["status"] == "completed"
+
+
+def test_count_and_inputs_are_refused_together(cli_run, tmp_path):
+    data = _rows(tmp_path)
+    run = cli_run(
+        "run", "general-purpose", "--prompt", "x", "--inputs", str(data), "--count", "2",
+        cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stderr
+    assert "--count and --inputs do not go together" in run.stderr
+
+
+def test_a_killed_run_then_a_rerun_leaves_one_success_per_key(cli_run, tmp_path):
+    data = _rows(tmp_path)
+    out = tmp_path / "out.jsonl"
+    script = tmp_path / "slow.yaml"
+    script.write_text("default: [{text: done, latency_ms: 1500}]\n")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env["CLONEFLEET_STATE_DIR"] = str(tmp_path / "state")
+    env.pop("RAY_ADDRESS", None)
+    args = ["run", "general-purpose", "--prompt", "Say {{ input.x }}", "--inputs", str(data)]
+    args += ["--key", "id", "--out", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clonefleet", *args, "--sim-script", str(script)]
+        + ["--max-concurrency", "2"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 150
+        while not (out.exists() and len(out.read_text().splitlines()) >= 2):
+            assert proc.poll() is None, "the run ended before it was killed"
+            assert time.monotonic() < deadline, "no records in time"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    killed = _records(out)
+    assert 2 <= len(killed) < ROWS
+
+    rerun = cli_run(*args, cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"{len(killed)} of {ROWS} rows already have a record" in rerun.stderr
+    records = _records(out)
+    successes = [r["key"] for r in records if r["status"] == "completed"]
+    assert sorted(successes) == sorted(f"k{i}" for i in range(ROWS))  # each key once
+
+
+def test_file_names_on_standard_input_reviewed_into_a_csv(tmp_path):
+    for name in ("a.py", "b.py", "c.py"):
+        (tmp_path / name).write_text("x = 1\n")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env["CLONEFLEET_STATE_DIR"] = str(tmp_path / "state")
+    env.pop("RAY_ADDRESS", None)
+    cmd = [sys.executable, "-m", "clonefleet", "run", "general-purpose", "--inputs", "-"]
+    cmd += ["--prompt", "Review {{ input }}", "--out", "reviews.csv"]
+    run = subprocess.run(
+        cmd, input="a.py\nb.py\nc.py\n", cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=150,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    lines = (tmp_path / "reviews.csv").read_text().splitlines()
+    assert lines[0].startswith("key,status,outcome,")
+    assert sorted(line.split(",")[0] for line in lines[1:]) == ["1", "2", "3"]
+    assert all(",completed,success," in line for line in lines[1:])
