@@ -353,7 +353,7 @@ class Fleet:
             )
             ahead = ahead_for(cap)
 
-        def plan(rows: Sequence[tuple[str, Any]], batch_id: str | None) -> BatchPlan:
+        def plan(rows: Sequence[tuple[str, Any]], batch_id: str | None, first: int) -> BatchPlan:
             return plan_batch(
                 agent,
                 prompt,
@@ -361,6 +361,8 @@ class Fleet:
                 caller_cwd=self.cwd,
                 rows=rows,
                 batch_id=batch_id,
+                first_index=first,
+                total=max(first + len(rows), 1),
                 **options,
             )
 

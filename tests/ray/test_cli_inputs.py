@@ -39,6 +39,7 @@ def test_inputs_run_keys_every_record_and_a_rerun_skips_them_all(cli_run, tmp_pa
     assert sorted(r["key"] for r in records) == sorted(f"k{i}" for i in range(ROWS))
     assert {r["status"] for r in records} == {"completed"}
     assert len({r["batch_id"] for r in records}) == 1
+    assert sorted(r["clone_index"] for r in records) == list(range(ROWS))
     assert all(r["input"] == {"id": r["key"], "x": int(r["key"][1:])} for r in records)
     assert f"{ROWS} rows ran: {ROWS} succeeded, 0 failed" in first.stderr
 

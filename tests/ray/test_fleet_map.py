@@ -24,6 +24,7 @@ def test_every_row_comes_back_once_keyed(fleet):
     ran = [r for r in records if r["job_id"] is not None]
     assert sorted(r["key"] for r in ran) == sorted(f"r{i}" for i in range(1, 31))
     assert all(r["batch_id"] == batch.batch_id for r in ran)
+    assert sorted(r["clone_index"] for r in ran) == list(range(30))  # numbered in the batch
     assert {r["status"] for r in ran} == {"completed"}
     failed = [r for r in records if r["job_id"] is None]
     assert len(failed) == 2 and {r["status"] for r in failed} == {"failed"}

@@ -390,9 +390,15 @@ def _run_inputs(args: argparse.Namespace, config: Any) -> int:
     )
     address = resolve_address(args.address)
     with tempfile.TemporaryDirectory(prefix="clonefleet-run-") as folder:
+        total = [0]
         prepared = InputsRun(
-            request, _row_planner(args, config), agent=args.agent, config=config, spool_dir=folder
+            request,
+            _row_planner(args, config, total),
+            agent=args.agent,
+            config=config,
+            spool_dir=folder,
         )
+        total[0] = prepared.to_run
         run = _Run(address)
         say_outcome(run.what_became)
         try:
@@ -409,11 +415,12 @@ def _run_inputs(args: argparse.Namespace, config: Any) -> int:
             return stop.exit_status
 
 
-def _row_planner(args: argparse.Namespace, config: Any) -> Any:
-    """Plans one part of rows: :func:`plan_batch` with the command line's options."""
+def _row_planner(args: argparse.Namespace, config: Any, total: list[int]) -> Any:
+    """Plans one part of rows: :func:`plan_batch` with the command line's options, its clones
+    numbered in the whole batch of ``total[0]`` rows (known once the file is counted)."""
     from clonefleet.fleet import plan_batch
 
-    def plan(rows: Any, batch_id: str | None) -> Any:
+    def plan(rows: Any, batch_id: str | None, first: int) -> Any:
         return plan_batch(
             args.agent,
             args.prompt,
@@ -431,6 +438,8 @@ def _row_planner(args: argparse.Namespace, config: Any) -> Any:
             budget_usd=args.budget_usd,
             rows=rows,
             batch_id=batch_id,
+            first_index=first,
+            total=max(total[0], first + len(rows)),
         )
 
     return plan

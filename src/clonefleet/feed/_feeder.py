@@ -31,8 +31,9 @@ POLL_S = 0.25
 """How long one wait for jobs to end lasts before the feeder looks again."""
 TERMINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 
-Planner = Callable[[Sequence[tuple[str, Any]], "str | None"], Any]
-"""Plans one part: ``(rows as (key, data) pairs, batch_id or None for the first) -> plan``.
+Planner = Callable[[Sequence[tuple[str, Any]], "str | None", int], Any]
+"""Plans one part: ``(rows as (key, data) pairs, batch_id or None for the first, the index in
+the whole batch of the part's first clone) -> plan``.
 Raises a :class:`~clonefleet.errors.ClonefleetError` when some row cannot be rendered."""
 
 
@@ -261,7 +262,7 @@ class Feeder:
     def _submit(self, rows: list[tuple[str, Any]], first: bool = False) -> Iterator[Ended]:
         """Plan and submit one part; rows that fail to render fail alone."""
         try:
-            plan = self._plan(rows, self.batch_id)
+            plan = self._plan(rows, self.batch_id, self.submitted)
         except ClonefleetError:
             rows, bad = self._sort_out(rows)
             if first and not rows:
@@ -270,7 +271,7 @@ class Feeder:
                 yield self._fail(key, reason, data)
             if not rows:
                 return
-            plan = self._plan(rows, self.batch_id)
+            plan = self._plan(rows, self.batch_id, self.submitted)
         last = self._exhausted
         with self._lock:
             if self._cancelled.is_set():
@@ -293,7 +294,7 @@ class Feeder:
         good, bad = [], []
         for key, data in rows:
             try:
-                self._plan([(key, data)], self.batch_id)
+                self._plan([(key, data)], self.batch_id, self.submitted)
             except ClonefleetError as exc:
                 bad.append((key, data, f"row {key!r}: {exc}"))
             else:

@@ -157,12 +157,12 @@ class InputsRun:
         if not first:
             return {}
         try:
-            plan = self._plan(first, None)
+            plan = self._plan(first, None, 0)
         except ClonefleetError as whole:
             plan = None
             for row in first:
                 try:
-                    plan = self._plan([row], None)
+                    plan = self._plan([row], None, 0)
                     break
                 except ClonefleetError:
                     continue

@@ -40,6 +40,7 @@ class CoreClient:
         self.thread.start()
         self.core: SchedulerCore = self._run(self._make())
         self.calls: list[str] = []
+        self.firsts: list[int] = []
 
     @staticmethod
     async def _make() -> SchedulerCore:
@@ -48,7 +49,11 @@ class CoreClient:
     def _run(self, coro: Awaitable[T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(30)  # type: ignore[arg-type]
 
-    def plan(self, rows: Sequence[tuple[str, Any]], batch_id: str | None) -> BatchSubmission:
+    def plan(
+        self, rows: Sequence[tuple[str, Any]], batch_id: str | None, first: int = 0
+    ) -> BatchSubmission:
+        self.firsts.append(first)
+
         async def make() -> BatchSubmission:
             sub = make_submission(self.core, len(rows))
             if batch_id is None:
@@ -132,6 +137,7 @@ def test_twenty_thousand_rows_stream_through_one_batch_with_bounded_rows_held(cl
     assert feeder.parts == 20_000 // feeder.slice_rows + (20_000 % feeder.slice_rows > 0)
     assert client.calls[0] == "submit open=True" and client.calls[-1] == "extend last=True"
     assert client.calls.count("close") == 0
+    assert client.firsts == list(range(0, 20_000, feeder.slice_rows))  # numbered in the batch
     assert client._run(client.core.remaining([feeder.batch_id])) == 0
     assert len(client._run(client.core.expand([feeder.batch_id]))) == 20_000
 
@@ -159,11 +165,13 @@ def test_a_bad_row_or_a_duplicate_key_fails_alone_without_running(client):
 
 
 def test_a_row_that_fails_to_render_fails_alone(client):
-    def plan(rows: Sequence[tuple[str, Any]], batch_id: str | None) -> BatchSubmission:
+    def plan(
+        rows: Sequence[tuple[str, Any]], batch_id: str | None, first: int = 0
+    ) -> BatchSubmission:
         for key, data in rows:
             if "path" not in data:
                 raise DefinitionError(f"task prompt: the input row has no field 'path' ({key})")
-        return client.plan(rows, batch_id)
+        return client.plan(rows, batch_id, first)
 
     rows = [Row(line=i, key=str(i), data={"path": "p"} if i != 2 else {}) for i in (1, 2, 3)]
     out = list(Feeder(rows, plan, client, agent="a").run())
@@ -211,7 +219,9 @@ def test_failed_record_has_every_run_record_field():
 
 
 def test_a_first_slice_that_renders_no_row_is_one_error_and_nothing_starts(client):
-    def plan(rows: Sequence[tuple[str, Any]], batch_id: str | None) -> BatchSubmission:
+    def plan(
+        rows: Sequence[tuple[str, Any]], batch_id: str | None, first: int = 0
+    ) -> BatchSubmission:
         raise DefinitionError("unknown definition 'nope'")
 
     feeder = Feeder(Counted(10), plan, client, agent="nope")

@@ -25,7 +25,7 @@ CONFIG = Config()
 
 
 def planner(tmp_path: Path, prompt: str = "Say {{ input.x }}") -> Any:
-    def plan(rows: Any, batch_id: str | None) -> Any:
+    def plan(rows: Any, batch_id: str | None, first: int = 0) -> Any:
         return plan_batch(
             "general-purpose", prompt, config=CONFIG, caller_cwd=tmp_path, rows=rows,
             batch_id=batch_id,
