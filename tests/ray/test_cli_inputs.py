@@ -132,3 +132,40 @@ def test_file_names_on_standard_input_reviewed_into_a_csv(tmp_path):
     assert lines[0].startswith("key,status,outcome,")
     assert sorted(line.split(",")[0] for line in lines[1:]) == ["1", "2", "3"]
     assert all(",completed,success," in line for line in lines[1:])
+
+
+def test_sigterm_mid_run_keeps_the_records_written_and_exits_143(tmp_path):
+    data = _rows(tmp_path)
+    out = tmp_path / "out.jsonl"
+    script = tmp_path / "slow.yaml"
+    script.write_text("default: [{text: done, latency_ms: 1500}]\n")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env["CLONEFLEET_STATE_DIR"] = str(tmp_path / "state")
+    env.pop("RAY_ADDRESS", None)
+    cmd = [sys.executable, "-m", "clonefleet", "run", "general-purpose", "--prompt", "x"]
+    cmd += ["--inputs", str(data), "--out", str(out), "--sim-script", str(script)]
+    proc = subprocess.Popen(
+        [*cmd, "--max-concurrency", "2"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 150
+        while not (out.exists() and len(out.read_text().splitlines()) >= 1):
+            assert proc.poll() is None, "the run ended before it was stopped"
+            assert time.monotonic() < deadline, "no records in time"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+    assert proc.returncode == 143, stderr
+    assert "clonefleet: interrupted (SIGTERM)" in stderr
+    kept = _records(out)
+    assert 1 <= len(kept) < ROWS and len({r["key"] for r in kept}) == len(kept)

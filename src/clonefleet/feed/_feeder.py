@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -336,4 +337,7 @@ class Feeder:
         with self._lock:
             if self.batch_id is not None and not self._closed:
                 self._closed = True
-                self._client.close_batch(self.batch_id)
+                # Also on the way out of an interruption or an error: a close that fails then
+                # must not hide it (a batch left open on a stopped embedded cluster is gone).
+                with contextlib.suppress(ClonefleetError):
+                    self._client.close_batch(self.batch_id)
