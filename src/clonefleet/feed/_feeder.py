@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
+from clonefleet.control import EventPage, EventQuery, Target
 from clonefleet.errors import ClonefleetError, UnknownJobError
 from clonefleet.inputs import Row, RowError
-from clonefleet.vocab import RUN_RECORD_FIELDS, JobState, Outcome, StopReason
+from clonefleet.vocab import RUN_RECORD_FIELDS, EventType, JobState, Outcome, StopReason
 
 __all__ = [
     "DEFAULT_AHEAD",
@@ -29,7 +31,9 @@ DEFAULT_AHEAD = 1000
 SLICE_MIN, SLICE_MAX = 256, 1000
 """Bounds of the rows planned and submitted together as one part."""
 POLL_S = 0.25
-"""How long one wait for jobs to end lasts before the feeder looks again."""
+"""How long one wait for the batch's events lasts before the feeder looks again."""
+SWEEP_S = 5.0
+"""After this long without an event, the pending jobs' states are asked instead."""
 TERMINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 
 Planner = Callable[[Sequence[tuple[str, Any]], "str | None", int], Any]
@@ -62,6 +66,8 @@ class FeedClient(Protocol):
     ) -> Any: ...  # a BlockResult: {"done": bool, "jobs": [JobStatus, ...]}
 
     def job_result(self, job_id: str) -> dict[str, Any]: ...
+
+    def events(self, target: Target = None, **query: Unpack[EventQuery]) -> EventPage: ...
 
     def cancel_many(self, ids: Sequence[str]) -> int: ...
 
@@ -135,7 +141,9 @@ class Feeder:
             strings only, never the rows).
         source: what the rows come from, named in the records of rows that fail
             (``inputs file data.jsonl``).
-        poll_s: the longest wait for jobs to end before more rows are submitted.
+        poll_s: the longest wait for the batch's events before more rows are submitted.
+        sweep_s: how long without an event before the pending jobs' states are asked.
+        clock: times ``sweep_s``.
 
     Memory is bounded by ``ahead`` rows (and their job ids) plus one slice: rows are read as
     room frees up and records are yielded, not kept.
@@ -153,6 +161,8 @@ class Feeder:
         check_keys: bool = True,
         source: str = "input",
         poll_s: float = POLL_S,
+        sweep_s: float = SWEEP_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if ahead < 1:
             raise ValueError(f"ahead must be 1 or more, got {ahead}")
@@ -161,7 +171,10 @@ class Feeder:
         self.ahead = ahead
         self.slice_rows = max(1, min(slice_rows or slice_for(ahead), ahead))
         self._seen: set[str] | None = set() if check_keys else None
-        self.source, self.poll_s = source, poll_s
+        self.source, self.poll_s, self.sweep_s = source, poll_s, sweep_s
+        self._clock = clock
+        self._quiet_since = clock()
+        self._cursor = 0
         self.batch_id: str | None = None
         self._pending: dict[str, tuple[str, Any]] = {}
         """Job id -> (key, row data) of every job submitted and not yet ended."""
@@ -303,25 +316,49 @@ class Feeder:
         return good, bad
 
     def _collect(self) -> Iterator[Ended]:
-        """Wait up to :attr:`poll_s` for pending jobs to end; yield the records of those that
-        did."""
+        """Wait up to :attr:`poll_s` for the batch's next lifecycle events and yield the
+        record of each pending job whose ``result`` event came; when no event came for
+        :attr:`sweep_s`, ask the jobs' states instead (an end whose event was missed)."""
+        page = self._client.events(
+            self.batch_id, cursor=self._cursor, level="lifecycle", wait_s=self.poll_s
+        )
+        self._cursor = page["cursor"]
+        ended: list[tuple[str, dict[str, Any] | None]] = []
+        for env in page["events"]:
+            event = env.get("event") or {}
+            job = env.get("subagent_run_id")
+            if event.get("type") == EventType.RESULT and job in self._pending:
+                record = event.get("record")
+                ended.append((job, record if isinstance(record, dict) else None))
+        now = self._clock()
+        if page["events"]:
+            self._quiet_since = now
+        elif now - self._quiet_since >= self.sweep_s:
+            self._quiet_since = now
+            ended.extend((job, None) for job in self._ended_by_state())
+        for job_id, record in ended:
+            if job_id not in self._pending:
+                continue
+            key, data = self._pending.pop(job_id)
+            if record is None:
+                try:
+                    record = self._client.job_result(job_id)
+                except UnknownJobError:
+                    yield self._fail(key, f"row {key!r}: job {job_id} is gone from the fleet", data)
+                    continue
+            yield Ended(record, data, True)
+
+    def _ended_by_state(self) -> list[str]:
+        """The pending jobs that have ended, by their state (one gone from the fleet too)."""
         ids = list(self._pending)
-        block = self._client.job_block(ids, wait_seconds=self.poll_s)
-        seen = set()
-        ended = []
+        block = self._client.job_block(ids, wait_seconds=0)
+        seen, ended = set(), []
         for status in block["jobs"]:
             seen.add(status["job_id"])
             if status["status"] in TERMINAL:
                 ended.append(status["job_id"])
         ended.extend(j for j in ids if j not in seen)  # evicted meanwhile: it ended
-        for job_id in ended:
-            key, data = self._pending.pop(job_id)
-            try:
-                record = self._client.job_result(job_id)
-            except UnknownJobError:
-                yield self._fail(key, f"row {key!r}: job {job_id} is gone from the fleet", data)
-                continue
-            yield Ended(record, data, True)
+        return ended
 
     def cancel(self) -> None:
         """Stop submitting rows and cancel the batch's jobs (safe from another thread); the

@@ -41,6 +41,7 @@ class CoreClient:
         self.core: SchedulerCore = self._run(self._make())
         self.calls: list[str] = []
         self.firsts: list[int] = []
+        self.event_reads = 0
 
     @staticmethod
     async def _make() -> SchedulerCore:
@@ -87,6 +88,10 @@ class CoreClient:
 
     def job_result(self, job_id: str) -> dict[str, Any]:
         return self._run(self.core.job_result(job_id))
+
+    def events(self, target: Any = None, **query: Any) -> Any:
+        self.event_reads += 1
+        return self._run(self.core.events(target, **query))
 
     def cancel_many(self, ids: Sequence[str]) -> int:
         self.calls.append("cancel")
@@ -237,3 +242,29 @@ def test_start_submits_the_first_slice_and_keeps_its_failed_rows(client):
     out = list(feeder.run())
     assert [e.record["key"] for e in out if not e.ran] == ["3"]
     assert len(out) == 600
+
+
+class DeafClient(CoreClient):
+    """A client whose event pages are always empty: ends are learnt from the jobs' states."""
+
+    def events(self, target: Any = None, **query: Any) -> Any:
+        return {"events": [], "cursor": query.get("cursor", 0)}
+
+
+def test_ends_whose_events_are_missed_are_found_by_the_jobs_states():
+    deaf = DeafClient()
+    try:
+        feeder = Feeder(
+            Counted(700), deaf.plan, deaf, agent="a", ahead=300, poll_s=0.01, sweep_s=0.0
+        )
+        keys = sorted(int(e.record["key"]) for e in feeder.run())
+        assert keys == list(range(1, 701))
+    finally:
+        deaf.close()
+
+
+def test_records_come_from_the_batch_events(client):
+    feeder = Feeder(Counted(50), client.plan, client, agent="a", poll_s=0.02, sweep_s=3600)
+    records = [e.record for e in feeder.run()]
+    assert sorted(int(r["key"]) for r in records) == list(range(1, 51))
+    assert {r["batch_id"] for r in records} == {feeder.batch_id} and client.event_reads >= 1
