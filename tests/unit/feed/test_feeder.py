@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clonefleet.errors import DefinitionError
@@ -268,3 +268,42 @@ def test_records_come_from_the_batch_events(client):
     records = [e.record for e in feeder.run()]
     assert sorted(int(r["key"]) for r in records) == list(range(1, 51))
     assert {r["batch_id"] for r in records} == {feeder.batch_id} and client.event_reads >= 1
+
+
+@pytest.fixture(scope="module")
+def shared() -> Iterator[CoreClient]:
+    c = CoreClient()
+    yield c
+    c.close()
+
+
+ITEMS = st.lists(
+    st.one_of(
+        st.tuples(st.just("row"), st.integers(0, 40)),  # a row keyed k<n> (repeats happen)
+        st.tuples(st.just("bad"), st.integers(0, 40)),  # a row that could not be read
+    ),
+    max_size=120,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(items=ITEMS, ahead=st.integers(1, 50), slice_rows=st.none() | st.integers(1, 20))
+def test_every_row_ends_once_and_at_most_ahead_rows_are_held(shared, items, ahead, slice_rows):
+    rows: list[Row | RowError] = []
+    for line, (kind, n) in enumerate(items, 1):
+        if kind == "row":
+            rows.append(Row(line=line, key=f"k{n}", data={"n": n}))
+        else:
+            rows.append(RowError(line=line, key=None, reason="not valid JSON"))
+    feeder = Feeder(
+        rows, shared.plan, shared, agent="a", ahead=ahead, slice_rows=slice_rows, poll_s=0.01
+    )
+    out = list(feeder.run())
+    assert len(out) == len(rows)  # one end per row, whatever it was
+    ran = [e.record["key"] for e in out if e.ran]
+    first_seen = {r.key for r in rows if isinstance(r, Row)}
+    assert sorted(ran) == sorted(first_seen)  # a repeated key runs once, for its first row
+    assert feeder.peak_held <= ahead
+    assert feeder.submitted == len(ran)
