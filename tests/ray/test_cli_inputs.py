@@ -169,3 +169,17 @@ def test_sigterm_mid_run_keeps_the_records_written_and_exits_143(tmp_path):
     assert "clonefleet: interrupted (SIGTERM)" in stderr
     kept = _records(out)
     assert 1 <= len(kept) < ROWS and len({r["key"] for r in kept}) == len(kept)
+
+
+def test_whole_file_problems_stop_the_run_before_ray_starts(cli_run, tmp_path):
+    base = ("run", "general-purpose", "--prompt", "x", "--inputs")
+    missing = cli_run(*base, "nope.jsonl", cwd=tmp_path, timeout=60)
+    assert missing.returncode == 2 and "inputs file nope.jsonl" in missing.stderr
+    dup = tmp_path / "dup.jsonl"
+    dup.write_text('{"id": "a"}\n{"id": "b"}\n{"id": "a"}\n')
+    twice = cli_run(*base, str(dup), "--key", "id", cwd=tmp_path, timeout=60)
+    assert twice.returncode == 2
+    assert "lines 1 and 3 have the same key 'a'" in twice.stderr
+    late = cli_run(*base, str(dup), "--prompt", "{{ input.nope }}", cwd=tmp_path, timeout=60)
+    assert late.returncode == 2 and "nope" in late.stderr
+    assert "Ray" not in missing.stderr + twice.stderr
