@@ -468,24 +468,24 @@ def _feed_rows(
     run.batch_id = feeder.batch_id
     say(f"batch {feeder.batch_id}: {prepared.to_run} rows of {prepared.name}")
     ended = succeeded_rows = 0
-    for item in feeder.run():
-        run.batch_id = feeder.batch_id
-        record = item.record
-        ended += 1
-        succeeded_rows += succeeded(record)
-        if prepared.writer is not None:
-            prepared.writer.write(record, item.row)
-        if args.json:
-            out = dict(record)
-            if args.include_input:
-                out["input"] = item.row
-            print(json.dumps(out, default=str), flush=True)
-        else:
-            detail = f" ({record['error']})" if record.get("error") else ""
-            say(
-                f"[{ended}/{prepared.to_run}] row {record.get('key')}: "
-                f"{record['status']} {record.get('outcome') or ''}{detail}".rstrip()
-            )
+    view = _RowsView(prepared.to_run, live=not args.json and sys.stderr.isatty())
+    try:
+        for item in feeder.run():
+            run.batch_id = feeder.batch_id
+            record = item.record
+            ended += 1
+            succeeded_rows += succeeded(record)
+            if prepared.writer is not None:
+                prepared.writer.write(record, item.row)
+            if args.json:
+                out = dict(record)
+                if args.include_input:
+                    out["input"] = item.row
+                print(json.dumps(out, default=str), flush=True)
+            else:
+                view.ended(ended, record)
+    finally:
+        view.close()
     run.ended = True
     failed = ended - succeeded_rows
     say(
@@ -494,6 +494,56 @@ def _feed_rows(
     )
     ok = failed == 0 and ended == prepared.to_run and prepared.skipped_failed == 0
     return EXIT_OK if ok else EXIT_FAILED
+
+
+class _RowsView:
+    """What an ``--inputs`` run shows on stderr as rows end: on a terminal a live bar over the
+    rows' total, with each failure printed above it; otherwise one line a row."""
+
+    def __init__(self, total: int, *, live: bool) -> None:
+        self.total, self.failed = total, 0
+        self._bar: Any = None
+        if live:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._bar = Progress(
+                TextColumn("rows"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("failed {task.fields[failed]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=Console(file=sys.stderr, highlight=False),
+            )
+            self._task = self._bar.add_task("rows", total=total, failed=0)
+            self._bar.start()
+
+    def ended(self, n: int, record: dict[str, Any]) -> None:
+        """Show that the ``n``-th row ended with ``record``."""
+        ok = succeeded(record)
+        self.failed += not ok
+        detail = f" ({record['error']})" if record.get("error") else ""
+        line = (
+            f"row {record.get('key')}: {record['status']} {record.get('outcome') or ''}{detail}"
+        ).rstrip()
+        if self._bar is None:
+            print(f"clonefleet: [{n}/{self.total}] {line}", file=sys.stderr, flush=True)
+            return
+        if not ok:
+            self._bar.console.print(line, markup=False)
+        self._bar.update(self._task, advance=1, failed=self.failed)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
 
 
 def _all_done_succeeded(prepared: Any) -> bool:
