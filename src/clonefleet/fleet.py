@@ -35,7 +35,7 @@ from clonefleet.errors import ClusterError, IdCollision, UsageError
 from clonefleet.feed import Feeder, ahead_for
 from clonefleet.inputs import Row, RowError
 from clonefleet.planning import BatchPlan as BatchPlan
-from clonefleet.planning import BatchSubmission
+from clonefleet.planning import BatchSubmission, RowsPlan, plan_rows
 from clonefleet.planning import plan_batch as plan_batch
 
 __all__ = ["Batch", "BatchPlan", "Fleet", "MapBatch", "plan_batch"]
@@ -353,16 +353,16 @@ class Fleet:
             )
             ahead = ahead_for(cap)
 
-        def plan(rows: Sequence[tuple[str, Any]], batch_id: str | None, first: int) -> BatchPlan:
-            return plan_batch(
+        def plan(rows: Sequence[tuple[str, Any]], batch_id: str | None, first: int) -> RowsPlan:
+            return plan_rows(
                 agent,
                 prompt,
+                rows,
                 config=self.config,
                 caller_cwd=self.cwd,
-                rows=rows,
                 batch_id=batch_id,
                 first_index=first,
-                total=max(first + len(rows), 1),
+                total=first + len(rows),
                 **options,
             )
 

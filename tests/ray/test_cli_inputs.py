@@ -52,7 +52,7 @@ def test_inputs_run_keys_every_record_and_a_rerun_skips_them_all(cli_run, tmp_pa
 
 def test_a_bad_row_fails_alone_and_the_exit_status_is_1(cli_run, tmp_path):
     data = tmp_path / "rows.jsonl"
-    data.write_text('{"x": 1}\nnot json\n{"x": 3}\n')
+    data.write_text('{"x": 1}\nnot json\n{"x": 3}\n{"y": 4}\n')
     run = cli_run(
         "run", "general-purpose", "--prompt", "Say {{ input.x }}", "--inputs", str(data),
         "--json", cwd=tmp_path,
@@ -60,10 +60,13 @@ def test_a_bad_row_fails_alone_and_the_exit_status_is_1(cli_run, tmp_path):
     assert run.returncode == 1, run.stderr
     records = [json.loads(line) for line in run.stdout.splitlines()]
     by_key = {r["key"]: r for r in records}
-    assert sorted(by_key) == ["1", "2", "3"]
+    assert sorted(by_key) == ["1", "2", "3", "4"]
     assert by_key["2"]["status"] == "failed" and by_key["2"]["job_id"] is None
     assert by_key["2"]["error"].startswith(f"inputs file {data}: line 2: not valid JSON")
     assert by_key["1"]["status"] == by_key["3"]["status"] == "completed"
+    assert by_key["4"]["status"] == "failed" and by_key["4"]["job_id"] is None
+    assert by_key["4"]["error"].startswith(f"inputs file {data}: line 4: ")
+    assert "'x'" in by_key["4"]["error"]  # the field the template names and the row lacks
 
 
 def test_count_and_inputs_are_refused_together(cli_run, tmp_path):

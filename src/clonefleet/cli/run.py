@@ -416,14 +416,16 @@ def _run_inputs(args: argparse.Namespace, config: Any) -> int:
 
 
 def _row_planner(args: argparse.Namespace, config: Any, total: list[int]) -> Any:
-    """Plans one part of rows: :func:`plan_batch` with the command line's options, its clones
-    numbered in the whole batch of ``total[0]`` rows (known once the file is counted)."""
-    from clonefleet.fleet import plan_batch
+    """Plans one part of rows, each row failing alone (:func:`plan_rows` with the command
+    line's options), its clones numbered in the whole batch of ``total[0]`` rows (known once
+    the file is counted)."""
+    from clonefleet.planning import plan_rows
 
     def plan(rows: Any, batch_id: str | None, first: int) -> Any:
-        return plan_batch(
+        return plan_rows(
             args.agent,
             args.prompt,
+            rows,
             config=config,
             caller_cwd=Path.cwd(),
             model=args.model,
@@ -436,7 +438,6 @@ def _row_planner(args: argparse.Namespace, config: Any, total: list[int]) -> Any
             max_concurrency=args.max_concurrency,
             budget_tokens=args.budget_tokens,
             budget_usd=args.budget_usd,
-            rows=rows,
             batch_id=batch_id,
             first_index=first,
             total=max(total[0], first + len(rows)),

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Unpack
 
 from clonefleet.control import EventPage, EventQuery, Target
-from clonefleet.errors import ClonefleetError, UnknownJobError
+from clonefleet.errors import ClonefleetError, DefinitionError, UnknownJobError
 from clonefleet.inputs import Row, RowError
 from clonefleet.vocab import RUN_RECORD_FIELDS, EventType, JobState, Outcome, StopReason
 
@@ -188,6 +188,8 @@ class Feeder:
         self.submitted = 0
         """Rows submitted as jobs so far."""
         self.parts = 0
+        self._planned = 0
+        """Rows handed to the planner so far (the next part's first clone index)."""
         self._started = False
         self._early: list[Ended] = []
 
@@ -251,6 +253,7 @@ class Feeder:
     def _slice(self, first: bool = False) -> Iterator[Ended]:
         """Read up to one slice of rows and submit those that are good; yields the others."""
         good: list[tuple[str, Any]] = []
+        lines: dict[str, int] = {}
         for _ in range(self.slice_rows):
             row = self._take()
             if row is None:
@@ -269,23 +272,44 @@ class Feeder:
                     continue
                 self._seen.add(row.key)
             good.append((row.key, row.data))
+            lines[row.key] = row.line
         self.peak_held = max(self.peak_held, len(self._pending) + len(good))
         if good:
-            yield from self._submit(good, first)
+            yield from self._submit(good, lines, first)
 
-    def _submit(self, rows: list[tuple[str, Any]], first: bool = False) -> Iterator[Ended]:
-        """Plan and submit one part; rows that fail to render fail alone."""
+    def _submit(
+        self, rows: list[tuple[str, Any]], lines: dict[str, int], first: bool = False
+    ) -> Iterator[Ended]:
+        """Plan and submit one part; rows that fail to render fail alone.
+
+        The planner may raise for the whole part (then each row is planned alone to find
+        those that fail), or answer a plan of rows that fail alone (``plan`` and ``failures``,
+        as :func:`clonefleet.planning.plan_rows` does)."""
+        start, self._planned = self._planned, self._planned + len(rows)
         try:
-            plan = self._plan(rows, self.batch_id, self.submitted)
+            plan = self._plan(rows, self.batch_id, start)
         except ClonefleetError:
-            rows, bad = self._sort_out(rows)
+            rows, bad = self._sort_out(rows, start)
             if first and not rows:
                 raise  # nothing in the first slice renders: a whole-batch error, said once
             for key, data, reason in bad:
-                yield self._fail(key, reason, data)
+                yield self._fail(key, f"line {lines[key]}: {reason}", data)
             if not rows:
                 return
-            plan = self._plan(rows, self.batch_id, self.submitted)
+            plan = self._plan(rows, self.batch_id, start)
+        failures = getattr(plan, "failures", None)
+        if failures is not None:
+            failed = {f.key: f.reason for f in failures}
+            plan = plan.plan
+            if first and plan is None and failed:
+                reason = next(iter(failed.values()))
+                raise DefinitionError(f"no row of the first {len(rows)} renders: {reason}")
+            for key, data in rows:
+                if key in failed:
+                    yield self._fail(key, f"line {lines[key]}: {failed[key]}", data)
+            rows = [row for row in rows if row[0] not in failed]
+            if plan is None or not rows:
+                return
         last = self._exhausted
         with self._lock:
             if self._cancelled.is_set():
@@ -302,15 +326,15 @@ class Feeder:
             self._pending[job_id] = row
 
     def _sort_out(
-        self, rows: list[tuple[str, Any]]
+        self, rows: list[tuple[str, Any]], start: int
     ) -> tuple[list[tuple[str, Any]], list[tuple[str, Any, str]]]:
         """Plan each row alone to find those that cannot be rendered."""
         good, bad = [], []
         for key, data in rows:
             try:
-                self._plan([(key, data)], self.batch_id, self.submitted)
+                self._plan([(key, data)], self.batch_id, start)
             except ClonefleetError as exc:
-                bad.append((key, data, f"row {key!r}: {exc}"))
+                bad.append((key, data, str(exc)))
             else:
                 good.append((key, data))
         return good, bad

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from clonefleet.config import Config
-from clonefleet.errors import ClonefleetError
+from clonefleet.errors import ClonefleetError, DefinitionError
 from clonefleet.feed._feeder import FeedClient, Feeder, Planner, slice_for
 from clonefleet.inputs import (
     Row,
@@ -168,6 +168,13 @@ class InputsRun:
                     continue
             if plan is None:
                 raise whole from None
+        failures = getattr(plan, "failures", None)
+        if failures is not None:  # a plan of rows that fail alone
+            if plan.plan is None and failures:
+                raise DefinitionError(
+                    f"no row of the first {len(first)} renders: {failures[0].reason}"
+                )
+            plan = plan.plan
         return _exit_schema(plan)
 
     def feeder(self, client: FeedClient, ahead: int, poll_s: float = 0.25) -> Feeder:

@@ -307,3 +307,53 @@ def test_every_row_ends_once_and_at_most_ahead_rows_are_held(shared, items, ahea
     assert sorted(ran) == sorted(first_seen)  # a repeated key runs once, for its first row
     assert feeder.peak_held <= ahead
     assert feeder.submitted == len(ran)
+
+
+@dataclass(frozen=True)
+class Failure:
+    key: str
+    index: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class RowsPlanLike:
+    plan: BatchSubmission | None
+    failures: tuple[Failure, ...]
+
+
+def test_a_plan_of_rows_that_fail_alone_submits_the_others(client):
+    firsts: list[int] = []
+
+    def plan(rows: Sequence[tuple[str, Any]], batch_id: str | None, first: int) -> RowsPlanLike:
+        firsts.append(first)
+        bad = tuple(
+            Failure(
+                k, first + i, f"task prompt (clone {first + i}): the input row has no field 'x'"
+            )
+            for i, (k, d) in enumerate(rows)
+            if "x" not in d
+        )
+        good = [(k, d) for k, d in rows if "x" in d]
+        return RowsPlanLike(client.plan(good, batch_id, first) if good else None, bad)
+
+    rows = [Row(line=i + 1, key=f"k{i}", data={"x": i} if i % 3 else {}) for i in range(9)]
+    feeder = Feeder(rows, plan, client, agent="a", ahead=4, slice_rows=3, poll_s=0.02)
+    out = list(feeder.run())
+    bad = {e.record["key"]: e.record["error"] for e in out if not e.ran}
+    assert sorted(bad) == ["k0", "k3", "k6"]
+    assert bad["k3"] == "input: line 4: task prompt (clone 3): the input row has no field 'x'"
+    assert sorted(e.record["key"] for e in out if e.ran) == ["k1", "k2", "k4", "k5", "k7", "k8"]
+    assert firsts == [0, 3, 6]  # the next part starts after every row handed to the planner
+
+
+def test_a_first_slice_whose_rows_all_fail_alone_is_one_error(client):
+    def plan(rows: Sequence[tuple[str, Any]], batch_id: str | None, first: int) -> RowsPlanLike:
+        return RowsPlanLike(
+            None, tuple(Failure(k, i, "no field 'x'") for i, (k, _) in enumerate(rows))
+        )
+
+    feeder = Feeder([Row(line=1, key="a", data={})], plan, client, agent="a")
+    with pytest.raises(DefinitionError, match="no row of the first 1 renders: no field 'x'"):
+        feeder.start()
+    assert client.calls == []
