@@ -316,19 +316,27 @@ def _plan(args: argparse.Namespace, config: Any) -> Any:
         args.agent,
         args.prompt,
         1 if args.count is None else args.count,
-        config=config,
-        caller_cwd=Path.cwd(),
-        model=args.model,
-        cwd=args.cwd,
-        approve_chdir=args.allow_chdir,
-        variables=dict(args.var),
-        subagents_dirs=args.subagents_dir,
-        sim_script=args.sim_script,
-        clones_per_actor=args.clones_per_actor,
-        max_concurrency=args.max_concurrency,
-        budget_tokens=args.budget_tokens,
-        budget_usd=args.budget_usd,
+        **_plan_options(args, config),
     )
+
+
+def _plan_options(args: argparse.Namespace, config: Any) -> dict[str, Any]:
+    """The planning options of a ``run`` command line, the same for a counted batch and for
+    each part of rows."""
+    return {
+        "config": config,
+        "caller_cwd": Path.cwd(),
+        "model": args.model,
+        "cwd": args.cwd,
+        "approve_chdir": args.allow_chdir,
+        "variables": dict(args.var),
+        "subagents_dirs": args.subagents_dir,
+        "sim_script": args.sim_script,
+        "clones_per_actor": args.clones_per_actor,
+        "max_concurrency": args.max_concurrency,
+        "budget_tokens": args.budget_tokens,
+        "budget_usd": args.budget_usd,
+    }
 
 
 def _record_file(args: argparse.Namespace) -> Any:
@@ -426,18 +434,7 @@ def _row_planner(args: argparse.Namespace, config: Any, total: list[int]) -> Any
             args.agent,
             args.prompt,
             rows,
-            config=config,
-            caller_cwd=Path.cwd(),
-            model=args.model,
-            cwd=args.cwd,
-            approve_chdir=args.allow_chdir,
-            variables=dict(args.var),
-            subagents_dirs=args.subagents_dir,
-            sim_script=args.sim_script,
-            clones_per_actor=args.clones_per_actor,
-            max_concurrency=args.max_concurrency,
-            budget_tokens=args.budget_tokens,
-            budget_usd=args.budget_usd,
+            **_plan_options(args, config),
             batch_id=batch_id,
             first_index=first,
             total=max(total[0], first + len(rows)),
