@@ -14,6 +14,7 @@ Usage::
 
     python benchmarks/inputs_scale.py [--cases rows,start,resume] [--rows 100000]
         [--start-rows 1000000] [--resume-rows 10000] [--kill-at 0.4] [--latency-ms 200]
+        [--resume-max-concurrency N] [--resume-checkpoint-s S]
         [--time-limit-s 1800] [--out benchmarks/results/inputs_scale.json]
 
 Prints a table and writes JSON; exits 1 when a target is missed.
@@ -50,16 +51,17 @@ def write_rows(path: Path, n: int) -> None:
             f.write("".join(f'{{"id": {i}, "q": "what is {i} squared"}}\n' for i in block))
 
 
-def _config(base_url: str, max_count: int) -> str:
-    return json.dumps(
-        {
-            "version": 1,
-            "providers": {"srv": {"kind": "openai", "base_url": base_url, "api_key_env": _KEY_ENV}},
-            "models": {"m": {"provider": "srv", "name": "sim"}},
-            "model_groups": {"default": ["m"]},
-            "limits": {"max_count": max_count},
-        }
-    )
+def _config(base_url: str, max_count: int, checkpoint_s: float | None = None) -> str:
+    config: dict[str, Any] = {
+        "version": 1,
+        "providers": {"srv": {"kind": "openai", "base_url": base_url, "api_key_env": _KEY_ENV}},
+        "models": {"m": {"provider": "srv", "name": "sim"}},
+        "model_groups": {"default": ["m"]},
+        "limits": {"max_count": max_count},
+    }
+    if checkpoint_s is not None:
+        config["durability"] = {"checkpoint_interval_s": checkpoint_s}
+    return json.dumps(config)
 
 
 def _rss_kb(pid: int) -> int:
@@ -235,13 +237,18 @@ class Bench:
     def case_resume(self) -> dict[str, Any]:
         n = self.args.resume_rows
         out: dict[str, Any] = {"case": "resume", "rows": n, "kill_at": self.args.kill_at}
+        out["max_concurrency"] = self.args.resume_max_concurrency
+        out["checkpoint_interval_s"] = self.args.resume_checkpoint_s
         for kind in ("whole", "killed"):
             work, env, server = self.session(f"resume-{kind}")
             try:
-                (work / "c.json").write_text(_config(server.base_url, max(n, 10_000)))
+                config = _config(server.base_url, max(n, 10_000), self.args.resume_checkpoint_s)
+                (work / "c.json").write_text(config)
                 rows = work / "rows.jsonl"
                 write_rows(rows, n)
                 cmd = self.command(work, rows, n, "out.jsonl")
+                if self.args.resume_max_concurrency:
+                    cmd += ["--max-concurrency", str(self.args.resume_max_concurrency)]
                 runs = []
                 if kind == "killed":
                     first = Run(cmd, work, env, "first")
@@ -254,6 +261,8 @@ class Bench:
                     first.kill()
                     runs.append(first.finish())
                 runs.append(Run(cmd, work, env, "second").wait(self.args.time_limit_s))
+                said = (work / "second.stderr").read_text(errors="replace").splitlines()
+                runs[-1]["resumed"] = next((x for x in said if "resuming batch" in x), None)
                 records, ok = _ok_records(work / "out.jsonl")
                 requests = (server.stats() or {}).get("requests")
                 out[kind] = {"runs": runs, "records": records, "ok_keys": ok, "requests": requests}
@@ -310,6 +319,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--start-rows", type=int, default=1_000_000)
     p.add_argument("--resume-rows", type=int, default=10_000)
     p.add_argument("--kill-at", type=float, default=0.4, help="share of records before the kill")
+    p.add_argument(
+        "--resume-max-concurrency", type=int, default=None, help="--max-concurrency of both runs"
+    )
+    p.add_argument(
+        "--resume-checkpoint-s",
+        type=float,
+        default=None,
+        help="durability.checkpoint_interval_s of both runs (default: the config's, 1 s)",
+    )
     p.add_argument("--latency-ms", type=float, default=200.0)
     p.add_argument("--time-limit-s", type=float, default=1800.0)
     p.add_argument("--clonefleet", default=str(Path(sys.executable).with_name("clonefleet")))

@@ -199,6 +199,7 @@ class Fleet:
             if session.embedded and durability.enabled
             else durability.journal_dir
         )
+        self.journal_dir: str | None = str(folder) if session.embedded and folder else None
         handle = get_or_create_scheduler(cap, journal_dir=folder, durability=durability)
         self._attach(handle, session, wait=ray_wait, clock=time.monotonic, sleep=time.sleep)
         start_s = self.call_timeout_s if existed else max(self.call_timeout_s, START_TIMEOUT_S)
@@ -248,6 +249,7 @@ class Fleet:
         self.wait_margin_s = positive_seconds(wait_margin_s, "wait_margin_s", zero=True)
         self.cwd = Path(cwd or Path.cwd()).resolve()
         self.config = config if isinstance(config, Config) else load_config(config, self.cwd)
+        self.journal_dir = None  # an embedded run's journal folder, set on connecting
 
     def _attach(
         self,

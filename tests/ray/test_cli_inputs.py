@@ -110,12 +110,19 @@ def test_a_killed_run_then_a_rerun_leaves_one_success_per_key(cli_run, tmp_path)
     killed = _records(out)
     assert 2 <= len(killed) < ROWS
 
-    rerun = cli_run(*args, cwd=tmp_path)
+    state = {"CLONEFLEET_STATE_DIR": env["CLONEFLEET_STATE_DIR"]}
+    rerun = cli_run(*args, "--sim-script", str(script), cwd=tmp_path, env=state)
     assert rerun.returncode == 0, rerun.stderr
     assert f"{len(killed)} of {ROWS} rows already have a record" in rerun.stderr
+    # The rerun reopened the killed run's journal and collected its batch: the rows that were
+    # running went on there (not submitted again), the rest were added to it as parts.
+    batch = killed[0]["batch_id"]
+    assert f"resuming batch {batch}" in rerun.stderr
     records = _records(out)
     successes = [r["key"] for r in records if r["status"] == "completed"]
     assert sorted(successes) == sorted(f"k{i}" for i in range(ROWS))  # each key once
+    assert {r["batch_id"] for r in records} == {batch}
+    assert not list((tmp_path / "state" / "inputs").glob("*.json"))  # the run ended: forgotten
 
 
 def test_file_names_on_standard_input_reviewed_into_a_csv(tmp_path):

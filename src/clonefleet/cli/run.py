@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -295,9 +296,13 @@ def _check_inputs_flags(args: argparse.Namespace) -> None:
             raise UsageError(
                 "--count and --inputs do not go together: --inputs runs one clone a row"
             )
-        if args.detach:
-            raise UsageError("--inputs feeds its rows while the batch runs; not with --detach")
-        if args.resume and not args.out:
+        if args.detach and (args.out or args.table or args.progress_lines or args.resume):
+            raise UsageError(
+                "--out, --resume, --table and --progress-lines follow a run; not with --detach "
+                "(the same command without --detach, with --out, collects a detached batch's "
+                "records)"
+            )
+        if args.resume and not args.out and not args.detach:
             raise UsageError("--resume reads the records of --out; give --out FILE")
         return
     for flag in ("inputs_format", "key", "limit"):
@@ -381,11 +386,13 @@ def _summary(
 
 def _run_inputs(args: argparse.Namespace, config: Any) -> int:
     """``run AGENT --inputs FILE``: one clone per row, fed into one growing batch; each row's
-    record goes to ``--out`` (and stdout with ``--json``) as it ends (docs/inputs.md)."""
+    record goes to ``--out`` (and stdout with ``--json``) as it ends. The same command again
+    resumes: the rows ``--out`` has are skipped, and the batch the first run left (in its
+    journal, or on the cluster) is collected rather than run again (docs/inputs.md)."""
     import tempfile
 
-    from clonefleet.cluster import resolve_address, stop_current_session
-    from clonefleet.feed import InputsRequest, InputsRun
+    from clonefleet.cluster import resolve_address, state_dir, stop_current_session
+    from clonefleet.feed import InputsRequest, InputsRun, RunLedger, run_fingerprint
 
     request = InputsRequest(
         inputs=args.inputs,
@@ -397,6 +404,15 @@ def _run_inputs(args: argparse.Namespace, config: Any) -> int:
         include_input=args.include_input,
     )
     address = resolve_address(args.address)
+    if args.detach and address is None:
+        raise UsageError(
+            "--detach needs a persistent cluster: run `clonefleet cluster up` and pass --address auto"
+        )
+    ledger = RunLedger(state_dir() / "inputs")
+    # The address as given, not as resolved: `auto` names the cluster `cluster up` recorded,
+    # whose GCS port may change over a `cluster down` and `up` (its journal does not).
+    given = args.address or os.environ.get("RAY_ADDRESS") or None
+    resume = _Resume(ledger, run_fingerprint(_identity(args)), given)
     with tempfile.TemporaryDirectory(prefix="clonefleet-run-") as folder:
         total = [0]
         prepared = InputsRun(
@@ -407,11 +423,13 @@ def _run_inputs(args: argparse.Namespace, config: Any) -> int:
             spool_dir=folder,
         )
         total[0] = prepared.to_run
+        resume.choose(args, prepared)
+        config = resume.config(config)
         run = _Run(address)
         say_outcome(run.what_became)
         try:
             try:
-                return _feed_rows(args, config, prepared, address, run)
+                return _feed_rows(args, config, prepared, address, run, resume)
             finally:
                 if run.fleet is not None:
                     run.fleet.close()
@@ -421,6 +439,90 @@ def _run_inputs(args: argparse.Namespace, config: Any) -> int:
             stop = as_interrupted(exc)
             print(interrupted_line(stop), file=sys.stderr)
             return stop.exit_status
+
+
+def _identity(args: argparse.Namespace) -> dict[str, Any]:
+    """What makes two ``--inputs`` commands the same run (``--out``, display and budget options
+    aside): the definition, the prompt, the rows and what each clone sees."""
+    inputs = args.inputs if args.inputs == "-" else str(Path(args.inputs).resolve())
+    return {
+        "agent": args.agent,
+        "prompt": args.prompt,
+        "inputs": inputs,
+        "inputs_format": args.inputs_format,
+        "key": args.key,
+        "limit": args.limit,
+        "var": sorted(args.var),
+        "model": args.model,
+        "cwd": args.cwd,
+        "sim_script": args.sim_script,
+        "subagents_dir": list(args.subagents_dir or ()),
+        "config": str(Path(args.config).resolve()) if args.config else None,
+    }
+
+
+class _Resume:
+    """Whether an ``--inputs`` command resumes the batch an earlier run of it left behind
+    (the run ledger in the state folder names it), and the ledger kept up to date."""
+
+    def __init__(self, ledger: Any, fingerprint: str, address: str | None) -> None:
+        self.ledger, self.fingerprint, self.address = ledger, fingerprint, address
+        self.entry: Any = None
+        """The earlier run's ledger entry, when this run resumes it."""
+
+    def choose(self, args: argparse.Namespace, prepared: Any) -> None:
+        """Resume when the ledger has an entry for this command on this cluster and the run
+        resumes (``--out`` existed, ``--resume``, ``--detach``, or the entry is a detached
+        batch's)."""
+        entry = self.ledger.find(self.fingerprint)
+        if entry is None or entry.address != self.address:
+            return
+        if args.detach or entry.detached or args.resume or prepared.index is not None:
+            self.entry = entry
+
+    def config(self, config: Any) -> Any:
+        """An embedded run resumed reopens the earlier run's journal (when it is still there),
+        so its scheduler reads that batch back: ended jobs keep their records, running ones go
+        on from their last checkpoints."""
+        entry = self.entry
+        if entry is None or self.address is not None or not config.durability.enabled:
+            return config
+        if not entry.journal or not Path(entry.journal).is_dir():
+            self.entry = None
+            return config
+        durability = config.durability.model_copy(update={"journal_dir": entry.journal})
+        return config.model_copy(update={"durability": durability})
+
+    def adopt(self, fleet: Any, prepared: Any, say: Any) -> Any:
+        """What the earlier run's batch holds for the rows still to do (``None``: nothing to
+        resume, or the fleet no longer knows it)."""
+        from clonefleet.feed import adopt
+
+        if self.entry is None:
+            return None
+        batch_id = self.entry.batch_id
+        adopted = adopt(fleet.iter_pages(batch=batch_id), batch_id, prepared.still_to_do)
+        if adopted is None:
+            say(f"batch {batch_id} of an earlier run is gone from the fleet: starting afresh")
+            return None
+        done = len(adopted.ended)
+        say(
+            f"resuming batch {batch_id}: it has {len(adopted.jobs)} of the rows to do "
+            f"({done} ended, {len(adopted.jobs) - done} still to end)"
+        )
+        return adopted
+
+    def record(self, batch_id: str, fleet: Any, detached: bool) -> None:
+        """Note the run's batch, so the same command resumes it."""
+        from clonefleet.feed import LedgerEntry
+
+        journal = getattr(fleet, "journal_dir", None)
+        entry = LedgerEntry(batch_id, self.address, journal=journal, detached=detached)
+        self.ledger.record(self.fingerprint, entry)
+
+    def forget(self) -> None:
+        """The run ended: nothing is left to resume."""
+        self.ledger.forget(self.fingerprint)
 
 
 def _row_planner(args: argparse.Namespace, config: Any, total: list[int]) -> Any:
@@ -444,7 +546,12 @@ def _row_planner(args: argparse.Namespace, config: Any, total: list[int]) -> Any
 
 
 def _feed_rows(
-    args: argparse.Namespace, config: Any, prepared: Any, address: str | None, run: _Run
+    args: argparse.Namespace,
+    config: Any,
+    prepared: Any,
+    address: str | None,
+    run: _Run,
+    resume: _Resume,
 ) -> int:
     """Connect, feed the rows, write each record as its row ends; 0 when every row's record
     (those skipped included) is a success."""
@@ -457,13 +564,19 @@ def _feed_rows(
         say(f"{done} of {prepared.total} rows already have a record in {args.out}: skipped")
     if prepared.to_run == 0:
         say("nothing to run")
+        resume.forget()
         return EXIT_OK if _all_done_succeeded(prepared) else EXIT_FAILED
     fleet = run.fleet = Fleet(address, config=config)
     fleet.wait_margin_s = FOLLOW_MARGIN_S
+    adopted = resume.adopt(fleet, prepared, say)
+    if args.detach:
+        return _submit_rows(args, prepared, fleet, run, resume, adopted)
     cap = args.max_concurrency or config.limits.max_concurrency
-    feeder = prepared.feeder(fleet, ahead_for(cap))
+    feeder = prepared.feeder(fleet, ahead_for(cap), adopted=adopted)
     feeder.start()
     run.batch_id = feeder.batch_id
+    if feeder.batch_id is not None and args.out:
+        resume.record(feeder.batch_id, fleet, detached=False)
     say(f"batch {feeder.batch_id}: {prepared.to_run} rows of {prepared.name}")
     ended = succeeded_rows = 0
     view = _RowsView(prepared.to_run, live=not args.json and sys.stderr.isatty())
@@ -485,13 +598,60 @@ def _feed_rows(
     finally:
         view.close()
     run.ended = True
+    if ended == prepared.to_run:
+        resume.forget()
     failed = ended - succeeded_rows
     say(
         f"{ended} rows ran: {succeeded_rows} succeeded, {failed} failed"
         + (f"; records in {args.out}" if args.out else "")
+        + (f" ({feeder.adopted} of them from the earlier run's batch)" if feeder.adopted else "")
     )
     ok = failed == 0 and ended == prepared.to_run and prepared.skipped_failed == 0
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _submit_rows(
+    args: argparse.Namespace, prepared: Any, fleet: Any, run: _Run, resume: _Resume, adopted: Any
+) -> int:
+    """``--inputs --detach``: submit every row to the cluster (the rows an earlier run of the
+    command submitted are skipped), print the batch id and return; 0 when every row went in."""
+    say = _say(args)
+    if adopted is not None and not adopted.open:
+        say(f"batch {adopted.batch_id} has every row already (an earlier run closed it)")
+        _print_detached(args, adopted.batch_id, 0, len(adopted.jobs), 0)
+        return EXIT_OK
+    feeder = prepared.feeder(fleet, ahead=1, adopted=adopted, follow=False)
+    feeder.start()
+    run.batch_id = feeder.batch_id
+    if feeder.batch_id is not None:
+        resume.record(feeder.batch_id, fleet, detached=True)
+    failed = 0
+    for item in feeder.submit_all():
+        if run.batch_id is None and feeder.batch_id is not None:
+            run.batch_id = feeder.batch_id
+            resume.record(run.batch_id, fleet, detached=True)
+        failed += 1
+        record = item.record
+        print(f"clonefleet: row {record.get('key')}: {record.get('error')}", file=sys.stderr)
+    run.batch_id = feeder.batch_id
+    _print_detached(args, feeder.batch_id, feeder.submitted, feeder.adopted, failed)
+    return EXIT_OK if failed == 0 else EXIT_FAILED
+
+
+def _print_detached(
+    args: argparse.Namespace, batch_id: str | None, submitted: int, adopted: int, failed: int
+) -> None:
+    """The line (or JSON object) a detached ``--inputs`` run ends with."""
+    if args.json:
+        out = {"batch_id": batch_id, "submitted": submitted, "adopted": adopted, "failed": failed}
+        print(json.dumps(out), flush=True)
+        return
+    parts = [f"{submitted} rows submitted"]
+    if adopted:
+        parts.append(f"{adopted} already in it")
+    if failed:
+        parts.append(f"{failed} failed without running")
+    print(f"batch {batch_id}: " + ", ".join(parts), flush=True)
 
 
 class _RowsView:

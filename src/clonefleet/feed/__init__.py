@@ -18,17 +18,27 @@ from clonefleet.feed._feeder import failed_record as failed_record
 from clonefleet.feed._feeder import slice_for as slice_for
 from clonefleet.feed._inputs_run import InputsRequest as InputsRequest
 from clonefleet.feed._inputs_run import InputsRun as InputsRun
+from clonefleet.feed._resume import Adopted as Adopted
+from clonefleet.feed._resume import LedgerEntry as LedgerEntry
+from clonefleet.feed._resume import RunLedger as RunLedger
+from clonefleet.feed._resume import adopt as adopt
+from clonefleet.feed._resume import run_fingerprint as run_fingerprint
 
 __all__ = [
     "DEFAULT_AHEAD",
+    "Adopted",
     "Ended",
     "FeedClient",
     "Feeder",
     "InputsRequest",
     "InputsRun",
+    "LedgerEntry",
     "Part",
     "Planner",
+    "RunLedger",
+    "adopt",
     "ahead_for",
     "failed_record",
+    "run_fingerprint",
     "slice_for",
 ]

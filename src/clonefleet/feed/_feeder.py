@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Unpack
 
 from clonefleet.control import EventPage, EventQuery, Target
-from clonefleet.errors import ClonefleetError, DefinitionError, UnknownJobError
+from clonefleet.errors import ClonefleetError, DefinitionError, UnknownJobError, UsageError
+from clonefleet.feed._resume import Adopted
 from clonefleet.inputs import Row, RowError
 from clonefleet.vocab import RUN_RECORD_FIELDS, EventType, JobState, Outcome, StopReason
 
@@ -144,6 +145,12 @@ class Feeder:
         poll_s: the longest wait for the batch's events before more rows are submitted.
         sweep_s: how long without an event before the pending jobs' states are asked.
         clock: times ``sweep_s``.
+        adopted: the batch an earlier run of the same command submitted
+            (:func:`~clonefleet.feed.adopt`): a row whose key it has is not submitted again;
+            its job is collected (its record read at once when it has ended), and the rows it
+            lacks are added to it as parts.
+        follow: keep each submitted job to collect its end; ``False`` for a feeder that only
+            submits (:meth:`submit_all`, a detached run).
 
     Memory is bounded by ``ahead`` rows (and their job ids) plus one slice: rows are read as
     room frees up and records are yielded, not kept.
@@ -163,6 +170,8 @@ class Feeder:
         poll_s: float = POLL_S,
         sweep_s: float = SWEEP_S,
         clock: Callable[[], float] = time.monotonic,
+        adopted: Adopted | None = None,
+        follow: bool = True,
     ) -> None:
         if ahead < 1:
             raise ValueError(f"ahead must be 1 or more, got {ahead}")
@@ -192,6 +201,23 @@ class Feeder:
         """Rows handed to the planner so far (the next part's first clone index)."""
         self._started = False
         self._early: list[Ended] = []
+        self._adopted: dict[str, str] = {}
+        """Key -> job id of the adopted batch's jobs whose rows were not read yet."""
+        self._adopted_ended: set[str] = set()
+        """Adopted job ids known to have ended (at adoption, or by an event seen since)."""
+        self._adopted_unread: set[str] = set()
+        """Adopted job ids whose rows were not read yet (an end event of one is noted)."""
+        self._collecting = follow
+        """Whether jobs are followed to their end (see ``follow``)."""
+        self.adopted = 0
+        """Rows whose job an earlier run submitted (collected, not submitted again)."""
+        if adopted is not None:
+            self.batch_id = adopted.batch_id
+            self._adopted = dict(adopted.jobs)
+            self._adopted_ended = set(adopted.ended)
+            self._adopted_unread = set(adopted.jobs.values())
+            self._planned = adopted.size
+            self._closed = not adopted.open
 
     # -- reading rows --------------------------------------------------------------------
     def _take(self) -> Row | RowError | None:
@@ -243,6 +269,20 @@ class Feeder:
         finally:
             self._finish()
 
+    def submit_all(self) -> Iterator[Ended]:
+        """Submit every row without waiting for any job to end (a detached run, with
+        ``follow=False``), closing the batch with the last part; yields only the rows that fail alone. Rows the adopted batch
+        has are skipped (counted in :attr:`adopted`). Nothing is kept per job: memory stays at
+        one slice."""
+        try:
+            self.start()
+            yield from self._early
+            self._early = []
+            while not self._exhausted and not self._cancelled.is_set():
+                yield from self._slice()
+        finally:
+            self._finish()
+
     def _fill(self) -> Iterator[Ended]:
         """Read and submit slices while there is room; yields the rows that fail alone."""
         while not self._cancelled.is_set() and not self._exhausted:
@@ -271,11 +311,32 @@ class Feeder:
                     )
                     continue
                 self._seen.add(row.key)
+            job_id = self._adopted.pop(row.key, None)
+            if job_id is not None:
+                ended = self._take_over(job_id, row.key, row.data)
+                if ended is not None:
+                    yield ended
+                continue
             good.append((row.key, row.data))
             lines[row.key] = row.line
         self.peak_held = max(self.peak_held, len(self._pending) + len(good))
         if good:
             yield from self._submit(good, lines, first)
+
+    def _take_over(self, job_id: str, key: str, data: Any) -> Ended | None:
+        """Collect the adopted ``job_id`` for the row ``key``: its record now when it has
+        ended, else once it ends (it joins the pending jobs)."""
+        self.adopted += 1
+        self._adopted_unread.discard(job_id)
+        if not self._collecting:
+            return None
+        if job_id not in self._adopted_ended:
+            self._pending[job_id] = (key, data)
+            return None
+        try:
+            return Ended(self._client.job_result(job_id), data, True)
+        except UnknownJobError:
+            return self._fail(key, f"row {key!r}: job {job_id} is gone from the fleet", data)
 
     def _submit(
         self, rows: list[tuple[str, Any]], lines: dict[str, int], first: bool = False
@@ -311,19 +372,34 @@ class Feeder:
             if plan is None or not rows:
                 return
         last = self._exhausted
+        refused: str | None = None
         with self._lock:
             if self._cancelled.is_set():
                 return
             if self.batch_id is None:
                 part = self._client.submit(plan, open=not last)
                 self.batch_id = part.batch_id
+            elif self._closed:  # an adopted batch that was closed takes no new part
+                refused = (
+                    f"not in batch {self.batch_id}, which an earlier run of this command "
+                    "closed; run it with a new --out"
+                )
             else:
-                part = self._client.extend(plan, last=last)
-            self._closed = last
+                try:
+                    part = self._client.extend(plan, last=last)
+                except UsageError as exc:  # the batch was cancelled or closed meanwhile
+                    refused = str(exc)
+            if refused is None:
+                self._closed = last
+        if refused is not None:
+            for key, data in rows:
+                yield self._fail(key, f"line {lines[key]}: row {key!r}: {refused}", data)
+            return
         self.parts += 1
         self.submitted += len(rows)
-        for job_id, row in zip(part.job_ids, rows, strict=True):
-            self._pending[job_id] = row
+        if self._collecting:
+            for job_id, row in zip(part.job_ids, rows, strict=True):
+                self._pending[job_id] = row
 
     def _sort_out(
         self, rows: list[tuple[str, Any]], start: int
@@ -351,7 +427,11 @@ class Feeder:
         for env in page["events"]:
             event = env.get("event") or {}
             job = env.get("subagent_run_id")
-            if event.get("type") == EventType.RESULT and job in self._pending:
+            if event.get("type") != EventType.RESULT:
+                continue
+            if job in self._adopted_unread:  # its row comes later: read its record then
+                self._adopted_ended.add(job)
+            elif job in self._pending:
                 record = event.get("record")
                 ended.append((job, record if isinstance(record, dict) else None))
         now = self._clock()

@@ -14,6 +14,7 @@ from typing import Any
 from clonefleet.config import Config
 from clonefleet.errors import ClonefleetError, DefinitionError
 from clonefleet.feed._feeder import FeedClient, Feeder, Planner, slice_for
+from clonefleet.feed._resume import Adopted
 from clonefleet.inputs import (
     Row,
     RowError,
@@ -126,6 +127,11 @@ class InputsRun:
             and self.index.skip(key, self.request.retry_failed)
         )
 
+    def still_to_do(self, key: str) -> bool:
+        """Whether the row ``key`` is run by this command (``--out`` has no record of it that
+        counts as done)."""
+        return not self._done(key)
+
     def _count_to_run(self) -> int:
         """The rows not done already (one more pass over the file when resuming)."""
         if self.index is None or not len(self.index):
@@ -177,8 +183,18 @@ class InputsRun:
             plan = plan.plan
         return _exit_schema(plan)
 
-    def feeder(self, client: FeedClient, ahead: int, poll_s: float = 0.25) -> Feeder:
-        """The :class:`Feeder` of this run's rows (the keys were checked by the count pass)."""
+    def feeder(
+        self,
+        client: FeedClient,
+        ahead: int,
+        poll_s: float = 0.25,
+        *,
+        adopted: Adopted | None = None,
+        follow: bool = True,
+    ) -> Feeder:
+        """The :class:`Feeder` of this run's rows (the keys were checked by the count pass),
+        collecting the jobs of ``adopted`` for the rows it has; ``follow=False`` only submits
+        (a detached run)."""
         return Feeder(
             self.rows(),
             self._plan,
@@ -188,6 +204,8 @@ class InputsRun:
             check_keys=False,
             source=f"inputs file {self.name}",
             poll_s=poll_s,
+            adopted=adopted,
+            follow=follow,
         )
 
     def close(self) -> None:
