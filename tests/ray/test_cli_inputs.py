@@ -193,3 +193,16 @@ def test_whole_file_problems_stop_the_run_before_ray_starts(cli_run, tmp_path):
     late = cli_run(*base, str(dup), "--prompt", "{{ input.nope }}", cwd=tmp_path, timeout=60)
     assert late.returncode == 2 and "nope" in late.stderr
     assert "Ray" not in missing.stderr + twice.stderr
+
+
+def test_detach_with_inputs_needs_a_cluster_and_takes_no_follow_options(cli_run, tmp_path):
+    data = _rows(tmp_path)
+    base = ("run", "general-purpose", "--prompt", "x", "--inputs", str(data), "--detach")
+    env = {"CLONEFLEET_STATE_DIR": str(tmp_path / "state")}
+    embedded = cli_run(*base, cwd=tmp_path, timeout=60, env=env)
+    assert embedded.returncode == 2 and "needs a persistent cluster" in embedded.stderr
+    for extra in (["--out", "o.jsonl"], ["--resume"], ["--table"], ["--progress-lines"]):
+        refused = cli_run(*base, *extra, "--address", "auto", cwd=tmp_path, timeout=60, env=env)
+        assert refused.returncode == 2, refused.stderr
+        assert "not with --detach" in refused.stderr
+    assert not (tmp_path / "o.jsonl").exists()
