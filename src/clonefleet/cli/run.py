@@ -501,7 +501,7 @@ class _Resume:
         if self.entry is None:
             return None
         batch_id = self.entry.batch_id
-        adopted = adopt(fleet.iter_pages(batch=batch_id), batch_id, prepared.still_to_do)
+        adopted = adopt(fleet.iter_pages(batch=batch_id), batch_id, prepared.unrecorded)
         if adopted is None:
             say(f"batch {batch_id} of an earlier run is gone from the fleet: starting afresh")
             return None

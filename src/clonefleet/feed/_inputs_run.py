@@ -127,10 +127,11 @@ class InputsRun:
             and self.index.skip(key, self.request.retry_failed)
         )
 
-    def still_to_do(self, key: str) -> bool:
-        """Whether the row ``key`` is run by this command (``--out`` has no record of it that
-        counts as done)."""
-        return not self._done(key)
+    def unrecorded(self, key: str) -> bool:
+        """Whether ``--out`` has no record of the row ``key`` at all: the rows whose jobs in an
+        earlier run's batch are collected rather than run again (a row whose record failed is
+        run anew under ``--retry-failed``, not collected)."""
+        return self.index is None or self.index.state(key) is None
 
     def _count_to_run(self) -> int:
         """The rows not done already (one more pass over the file when resuming)."""

@@ -85,7 +85,13 @@ def test_rows_done_in_out_are_skipped_and_failed_ones_counted(tmp_path):
     again = prepare(tmp_path, inputs=data, key="id", out=str(out), retry_failed=True)
     assert [r.key for r in again.rows()] == ["k1", "k2", "k3", "k4"]
     assert again.skipped_failed == 0
+    # Only rows without any record are collected from an earlier run's batch: a failed one is
+    # run anew under --retry-failed.
+    assert [k for k in ("k0", "k1", "k2") if again.unrecorded(k)] == ["k2"]
     again.close()
+    fresh = prepare(tmp_path, inputs=data, key="id")
+    assert fresh.unrecorded("k0") and fresh.unrecorded("k1")
+    fresh.close()
 
 
 def test_a_first_slice_that_renders_no_row_stops_the_run_before_out_is_opened(tmp_path):
