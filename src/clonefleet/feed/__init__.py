@@ -18,6 +18,7 @@ from clonefleet.feed._feeder import failed_record as failed_record
 from clonefleet.feed._feeder import slice_for as slice_for
 from clonefleet.feed._inputs_run import InputsRequest as InputsRequest
 from clonefleet.feed._inputs_run import InputsRun as InputsRun
+from clonefleet.feed._seen_keys import SeenKeys as SeenKeys
 
 __all__ = [
     "DEFAULT_AHEAD",
@@ -28,6 +29,7 @@ __all__ = [
     "InputsRun",
     "Part",
     "Planner",
+    "SeenKeys",
     "ahead_for",
     "failed_record",
     "slice_for",
