@@ -128,10 +128,13 @@ def _add_run_display_options(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--progress-lines",
         action="store_true",
-        help="print each progress update as an `exec: progress {...}` line even on a terminal",
+        help="print each progress update as an `exec: progress {...}` line even on a terminal "
+        "(with --inputs: plain progress lines instead of the bar)",
     )
     run.add_argument(
-        "--table", action="store_true", help="end with the per-job table, however many jobs"
+        "--table",
+        action="store_true",
+        help="end with the per-job table, however many jobs (with --inputs: up to 10,000 rows)",
     )
     run.add_argument(
         "--out",
@@ -529,6 +532,8 @@ def _feed_rows(
         if view is not None:
             view.close()
         kept = spill.close() if spill is not None else None
+        if kept is not None and sys.exc_info()[0] is not None:
+            kept.unlink(missing_ok=True)  # interrupted: no summary names it
     run.ended = True
     ok = totals.failed == 0 and totals.ended == prepared.to_run and prepared.skipped_failed == 0
     if args.json:
