@@ -326,6 +326,7 @@ class Fleet:
         key: str | None = None,
         *,
         ahead: int | None = None,
+        unique_keys: bool = False,
         **options: Any,
     ) -> MapBatch:
         """Run ``agent`` once per item of ``inputs``, each clone seeing its item as ``input``.
@@ -337,6 +338,12 @@ class Fleet:
         render fails alone. ``options`` are those of :func:`plan_batch` but ``rows`` and
         ``batch_id``. ``ahead`` is the most rows submitted and not yet ended (default: twice
         the cap, at least 1,000); the first slice is submitted before this returns.
+
+        Repeated keys are found with a 64-bit hash of each key seen (16-32 bytes a key, the
+        keys themselves not kept: :class:`~clonefleet.feed.SeenKeys`; two keys sharing a hash
+        is negligible). ``unique_keys=True`` says the keys are known to differ: nothing is
+        kept, and a key repeated in a later slice is not looked for (both rows run; a repeat
+        within one slice still fails its planning, an error of the whole map).
 
         Raises:
             UsageError, DefinitionError: as :meth:`spawn` (bad options, unknown agent, a
@@ -369,7 +376,13 @@ class Fleet:
             )
 
         feeder = Feeder(
-            _map_rows(inputs, key), plan, self, agent=agent, ahead=ahead, source="inputs"
+            _map_rows(inputs, key),
+            plan,
+            self,
+            agent=agent,
+            ahead=ahead,
+            check_keys=not unique_keys,
+            source="inputs",
         )
         feeder.start()
         return MapBatch(feeder)

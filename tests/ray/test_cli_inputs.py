@@ -41,7 +41,11 @@ def test_inputs_run_keys_every_record_and_a_rerun_skips_them_all(cli_run, tmp_pa
     assert len({r["batch_id"] for r in records}) == 1
     assert sorted(r["clone_index"] for r in records) == list(range(ROWS))
     assert all(r["input"] == {"id": r["key"], "x": int(r["key"][1:])} for r in records)
-    assert f"{ROWS} rows ran: {ROWS} succeeded, 0 failed" in first.stderr
+    # The summary of a counted run, counted as the rows ended, with the per-row table (keyed).
+    assert f"{ROWS} rows in " in first.stdout and f"status       {ROWS} completed" in first.stdout
+    assert f"records      in {out}" in first.stdout and "failures: none" in first.stdout
+    assert first.stdout.count("│ k") == ROWS
+    assert f"clonefleet: {ROWS}/{ROWS} done, failed 0" in first.stderr  # plain lines: no terminal
 
     again = cli_run(*args, "--key", "id", "--out", str(out), "--include-input", cwd=tmp_path)
     assert again.returncode == 0, again.stderr

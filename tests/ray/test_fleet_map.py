@@ -42,3 +42,15 @@ def test_map_refuses_count_and_a_bad_agent_before_anything_starts(fleet):
         fleet.map("general-purpose", "x", ["a"], count=3)
     with pytest.raises(DefinitionError):
         fleet.map("no-such-agent", "x", ["a", "b"])
+
+
+def test_unique_keys_keeps_no_hashes_and_refuses_no_repeat(fleet):
+    """unique_keys=True: the caller says the keys differ; a repeat in another slice (one row a
+    slice here) is not looked for."""
+    rows = [{"id": "a"}, {"id": "b"}, {"id": "a"}]
+    batch = fleet.map(
+        "general-purpose", "Row {{ input.id }}", rows, key="id", ahead=1, unique_keys=True
+    )
+    records = list(batch.as_completed())
+    assert sorted(r["key"] for r in records) == ["a", "a", "b"]
+    assert {r["status"] for r in records} == {"completed"}

@@ -31,11 +31,14 @@ from clonefleet.errors import ClonefleetError
 from clonefleet.vocab import EventType, succeeded
 
 __all__ = [
+    "Counts",
     "ExecLines",
     "LiveView",
     "PlainView",
     "ProgressNote",
     "RateLimitPoll",
+    "RowsTally",
+    "RowsView",
     "Tally",
     "View",
     "Watcher",
@@ -99,9 +102,14 @@ class ProgressNote:
 
 
 def failure_line(record: dict[str, Any], detail: str | None = None, limit: int = 300) -> str:
-    """``#3 sa_1a2b3c4d failed (failed): Error: subagent run failed; <detail>``, one line."""
+    """``#3 sa_1a2b3c4d failed (failed): Error: subagent run failed; <detail>``, one line
+    (``row k7 sa_1a2b3c4d failed ...`` for a record with a row's key)."""
     status, reason = record["status"], record["stop_reason"]
     head = f"#{record['clone_index']} {record['job_id']} {status}"
+    if record.get("key") is not None or record.get("job_id") is None:  # a row of --inputs
+        row = "a row" if record.get("key") is None else f"row {_one_line(str(record['key']), 80)}"
+        job = f" {record['job_id']}" if record.get("job_id") else ""  # none: it did not run
+        head = f"{row}{job} {status}"
     if reason and reason != status:
         head += f" ({reason})"
     what = record["error"] or f"outcome {record['outcome']}"
@@ -272,6 +280,53 @@ class Tally:
         return sep.join(parts)
 
 
+class Counts(Protocol):
+    """What a plain progress line is made of: a :class:`Tally`, or a :class:`RowsTally`."""
+
+    clock: Clock
+
+    @property
+    def done(self) -> int: ...
+
+    @property
+    def total(self) -> int: ...
+
+    def counts_text(self, sep: str = ", ") -> str: ...
+
+
+class RowsTally:
+    """An ``--inputs`` run's counts as its rows end: rows done and failed, the rate and the
+    time left (nothing kept per row)."""
+
+    def __init__(self, total: int, clock: Clock = time.monotonic) -> None:
+        self.total, self.done, self.failed = total, 0, 0
+        self.clock, self.started_at = clock, clock()
+        self.rate = Rate(clock)
+        self.rate.sample(0)
+        self._sampled = self.started_at
+
+    def ended(self, ok: bool) -> None:
+        """Count one row that ended."""
+        self.done += 1
+        self.failed += not ok
+        now = self.clock()
+        if now - self._sampled >= REFRESH_S or self.done == self.total:
+            self._sampled = now
+            self.rate.sample(self.done)
+
+    def counts_text(self, sep: str = ", ") -> str:
+        """``failed 1, 3.2/s, ETA 0:04, elapsed 0:12``."""
+        rate = self.rate.per_s()
+        return sep.join(
+            (
+                f"failed {self.failed:,}",
+                f"{'-' if rate is None else f'{rate:,.1f}'}/s",
+                f"ETA {clock_text(self.rate.eta_s(self.total - self.done))}",
+                f"elapsed {clock_text(self.clock() - self.started_at)}",
+            )
+        )
+
+
 class View(Protocol):
     """Something that shows a batch as it runs."""
 
@@ -349,7 +404,7 @@ class PlainView:
     def failure(self, record: dict[str, Any], detail: str | None) -> None:
         self._failures.add(record, detail)
 
-    def flush(self, tally: Tally, *, final: bool = False) -> None:
+    def flush(self, tally: Counts, *, final: bool = False) -> None:
         lines = [f"clonefleet: failed {line}" for line in self._failures.take()]
         now = tally.clock()
         if final or now - self._last >= PLAIN_EVERY_S:
@@ -472,6 +527,67 @@ class LiveView:
 
     def close(self) -> None:
         self._live.stop()
+
+
+class RowsView:
+    """What an ``--inputs`` run shows on stderr as its rows end (docs/inputs.md): with
+    ``live``, a bar over the rows' total (done of total, failed, elapsed, time left) with
+    each failure printed above it; otherwise the plain lines of :class:`PlainView` (each
+    failure as it ends, a progress line every :data:`PLAIN_EVERY_S`). Either way the first
+    :data:`FAILURES_SHOWN` failures are printed, then only counted."""
+
+    def __init__(
+        self, total: int, *, live: bool, stream: TextIO | None = None, clock: Clock = time.monotonic
+    ) -> None:
+        self.stream = stream or sys.stderr
+        self.tally = RowsTally(total, clock)
+        self._failures = _FailureFeed()
+        self._plain: PlainView | None = None
+        self._bar: Any = None
+        if not live:
+            self._plain = PlainView(self.stream)
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._bar = Progress(
+            TextColumn("rows"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("failed {task.fields[failed]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=Console(file=self.stream, highlight=False),
+        )
+        self._task = self._bar.add_task("rows", total=total, failed=0)
+        self._bar.start()
+
+    def ended(self, record: dict[str, Any]) -> None:
+        """Show that one more row ended with ``record``."""
+        ok = succeeded(record)
+        self.tally.ended(ok)
+        if self._plain is not None:
+            if not ok:
+                self._plain.failure(record, None)
+            self._plain.flush(self.tally, final=self.tally.done == self.tally.total)
+            return
+        if not ok:
+            self._failures.add(record, None)
+            for line in self._failures.take():
+                self._bar.console.print(Text(f"failed {line}", style="red", overflow="fold"))
+        self._bar.update(self._task, advance=1, failed=self.tally.failed)
+
+    def close(self) -> None:
+        if self._plain is not None and self.tally.done < self.tally.total:
+            self._plain.flush(self.tally, final=True)  # ended early: where it got to
+        if self._bar is not None:
+            self._bar.stop()
 
 
 # -- following a batch -------------------------------------------------------------------

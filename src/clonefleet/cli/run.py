@@ -129,10 +129,13 @@ def _add_run_display_options(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--progress-lines",
         action="store_true",
-        help="print each progress update as an `exec: progress {...}` line even on a terminal",
+        help="print each progress update as an `exec: progress {...}` line even on a terminal "
+        "(with --inputs: plain progress lines instead of the bar)",
     )
     run.add_argument(
-        "--table", action="store_true", help="end with the per-job table, however many jobs"
+        "--table",
+        action="store_true",
+        help="end with the per-job table, however many jobs (with --inputs: up to 10,000 rows)",
     )
     run.add_argument(
         "--out",
@@ -413,6 +416,7 @@ def _run_inputs(args: argparse.Namespace, config: Any) -> int:
     # whose GCS port may change over a `cluster down` and `up` (its journal does not).
     given = args.address or os.environ.get("RAY_ADDRESS") or None
     resume = _Resume(ledger, run_fingerprint(_identity(args)), given)
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="clonefleet-run-") as folder:
         total = [0]
         prepared = InputsRun(
@@ -429,7 +433,7 @@ def _run_inputs(args: argparse.Namespace, config: Any) -> int:
         say_outcome(run.what_became)
         try:
             try:
-                return _feed_rows(args, config, prepared, address, run, resume)
+                return _feed_rows(args, config, prepared, address, run, resume, started)
             finally:
                 if run.fleet is not None:
                     run.fleet.close()
@@ -545,6 +549,31 @@ def _row_planner(args: argparse.Namespace, config: Any, total: list[int]) -> Any
     return plan
 
 
+TABLE_ROWS_MAX = 10_000
+"""The most rows an ``--inputs`` run with ``--table`` keeps the records of, for the table at
+its end (without ``--table``: those of a run of ``TABLE_UP_TO`` rows or fewer)."""
+
+
+def _table_rows(args: argparse.Namespace, prepared: Any) -> list[dict[str, Any]] | None:
+    """Where an ``--inputs`` run keeps its records for the per-row table (``None``: no table).
+
+    Raises:
+        UsageError: ``--table`` on more than :data:`TABLE_ROWS_MAX` rows (before Ray starts).
+    """
+    from clonefleet.cli.summary import TABLE_UP_TO
+
+    if args.json:
+        return None
+    if args.table and prepared.to_run > TABLE_ROWS_MAX:
+        raise UsageError(
+            f"--table keeps every row's record until the run ends: at most {TABLE_ROWS_MAX:,} "
+            f"rows with --inputs, and {prepared.name} has {prepared.to_run:,} to run; the "
+            "summary lists the first failures, and --out FILE keeps every record (FILE.csv as "
+            "a table)"
+        )
+    return [] if args.table or prepared.to_run <= TABLE_UP_TO else None
+
+
 def _feed_rows(
     args: argparse.Namespace,
     config: Any,
@@ -552,12 +581,17 @@ def _feed_rows(
     address: str | None,
     run: _Run,
     resume: _Resume,
+    started: float,
 ) -> int:
-    """Connect, feed the rows, write each record as its row ends; 0 when every row's record
-    (those skipped included) is a success."""
+    """Connect, feed the rows, write each record as its row ends, and end with the summary,
+    counted as the rows end (nothing kept per row but the table's records, when it has one);
+    0 when every row's record (those skipped included) is a success."""
+    from clonefleet.cli.progress import RowsView
+    from clonefleet.cli.summary import FailureSpill, RunTotals
     from clonefleet.feed import ahead_for
     from clonefleet.fleet import Fleet
 
+    table = _table_rows(args, prepared)
     say = _say(args)
     if prepared.skipped_failed or prepared.total != prepared.to_run:
         done = prepared.total - prepared.to_run
@@ -574,18 +608,21 @@ def _feed_rows(
     cap = args.max_concurrency or config.limits.max_concurrency
     feeder = prepared.feeder(fleet, ahead_for(cap), adopted=adopted)
     feeder.start()
+    submitted = time.monotonic()
     run.batch_id = feeder.batch_id
     if feeder.batch_id is not None and args.out:
         resume.record(feeder.batch_id, fleet, detached=False)
     say(f"batch {feeder.batch_id}: {prepared.to_run} rows of {prepared.name}")
-    ended = succeeded_rows = 0
-    view = _RowsView(prepared.to_run, live=not args.json and sys.stderr.isatty())
+    totals = RunTotals()
+    spill = None
+    if not args.json and args.out is None and fleet.embedded:
+        spill = FailureSpill(feeder.batch_id or "rows")
+    live = sys.stderr.isatty() and not args.progress_lines
+    view = None if args.json else RowsView(prepared.to_run, live=live)
     try:
         for item in feeder.run():
             run.batch_id = feeder.batch_id
             record = item.record
-            ended += 1
-            succeeded_rows += succeeded(record)
             if prepared.writer is not None:
                 prepared.writer.write(record, item.row)
             if args.json:
@@ -593,20 +630,41 @@ def _feed_rows(
                 if args.include_input:
                     out["input"] = item.row
                 print(json.dumps(out, default=str), flush=True)
-            else:
-                view.ended(ended, record)
+            totals.add(record)
+            if view is not None:
+                view.ended(record)
+            if spill is not None and not succeeded(record):
+                spill.add(record)
+            if table is not None:
+                table.append(record)
     finally:
-        view.close()
+        if view is not None:
+            view.close()
+        kept = spill.close() if spill is not None else None
+        if kept is not None and sys.exc_info()[0] is not None:
+            kept.unlink(missing_ok=True)  # interrupted: no summary names it
     run.ended = True
-    if ended == prepared.to_run:
-        resume.forget()
-    failed = ended - succeeded_rows
-    say(
-        f"{ended} rows ran: {succeeded_rows} succeeded, {failed} failed"
-        + (f"; records in {args.out}" if args.out else "")
-        + (f" ({feeder.adopted} of them from the earlier run's batch)" if feeder.adopted else "")
-    )
-    ok = failed == 0 and ended == prepared.to_run and prepared.skipped_failed == 0
+    if totals.ended == prepared.to_run:
+        resume.forget()  # every row ended: nothing is left to resume
+    if feeder.adopted:
+        say(f"{feeder.adopted} of the rows came from the earlier run's batch {feeder.batch_id}")
+    ok = totals.failed == 0 and totals.ended == prepared.to_run and prepared.skipped_failed == 0
+    if args.json:
+        say(
+            f"{totals.ended} rows ran: {totals.ended - totals.failed} succeeded, "
+            f"{totals.failed} failed" + (f"; records in {args.out}" if args.out else "")
+        )
+    else:
+        from clonefleet.cli.summary import print_summary, summary
+
+        now = time.monotonic()
+        if table:  # in row order; the rows that could not be read (no clone index) last
+            table.sort(key=lambda r: (r["clone_index"] is None, r["clone_index"] or 0))
+        end = _rows_end(
+            args, fleet, prepared, records=table or (), totals=totals,
+            batch_id=feeder.batch_id or "", elapsed_s=now - started, ran_s=now - submitted,
+        )  # fmt: skip
+        print_summary(make_console(), summary(end, config, kept=kept))
     return EXIT_OK if ok else EXIT_FAILED
 
 
@@ -654,54 +712,21 @@ def _print_detached(
     print(f"batch {batch_id}: " + ", ".join(parts), flush=True)
 
 
-class _RowsView:
-    """What an ``--inputs`` run shows on stderr as rows end: on a terminal a live bar over the
-    rows' total, with each failure printed above it; otherwise one line a row."""
+def _rows_end(args: argparse.Namespace, fleet: Any, prepared: Any, **end: Any) -> Any:
+    """The :class:`~clonefleet.cli.summary.RunEnd` of an ``--inputs`` run: ``end`` its
+    records (for the table), totals, batch id and times."""
+    from clonefleet.cli.summary import RunEnd
 
-    def __init__(self, total: int, *, live: bool) -> None:
-        self.total, self.failed = total, 0
-        self._bar: Any = None
-        if live:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._bar = Progress(
-                TextColumn("rows"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("failed {task.fields[failed]}"),
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                console=Console(file=sys.stderr, highlight=False),
-            )
-            self._task = self._bar.add_task("rows", total=total, failed=0)
-            self._bar.start()
-
-    def ended(self, n: int, record: dict[str, Any]) -> None:
-        """Show that the ``n``-th row ended with ``record``."""
-        ok = succeeded(record)
-        self.failed += not ok
-        detail = f" ({record['error']})" if record.get("error") else ""
-        line = (
-            f"row {record.get('key')}: {record['status']} {record.get('outcome') or ''}{detail}"
-        ).rstrip()
-        if self._bar is None:
-            print(f"clonefleet: [{n}/{self.total}] {line}", file=sys.stderr, flush=True)
-            return
-        if not ok:
-            self._bar.console.print(line, markup=False)
-        self._bar.update(self._task, advance=1, failed=self.failed)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
+    return RunEnd(
+        total=prepared.to_run,
+        out_path=args.out,
+        embedded=fleet.embedded,
+        address=None if args.address in (None, "auto") else args.address,
+        unit="rows",
+        skipped=prepared.skipped,
+        skipped_failed=prepared.skipped_failed,
+        **end,
+    )
 
 
 def _all_done_succeeded(prepared: Any) -> bool:

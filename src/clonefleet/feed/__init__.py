@@ -23,6 +23,7 @@ from clonefleet.feed._resume import LedgerEntry as LedgerEntry
 from clonefleet.feed._resume import RunLedger as RunLedger
 from clonefleet.feed._resume import adopt as adopt
 from clonefleet.feed._resume import run_fingerprint as run_fingerprint
+from clonefleet.feed._seen_keys import SeenKeys as SeenKeys
 
 __all__ = [
     "DEFAULT_AHEAD",
@@ -36,6 +37,7 @@ __all__ = [
     "Part",
     "Planner",
     "RunLedger",
+    "SeenKeys",
     "adopt",
     "ahead_for",
     "failed_record",

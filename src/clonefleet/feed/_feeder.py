@@ -12,6 +12,7 @@ from typing import Any, Protocol, Unpack
 from clonefleet.control import EventPage, EventQuery, Target
 from clonefleet.errors import ClonefleetError, DefinitionError, UnknownJobError, UsageError
 from clonefleet.feed._resume import Adopted
+from clonefleet.feed._seen_keys import SeenKeys
 from clonefleet.inputs import Row, RowError
 from clonefleet.vocab import RUN_RECORD_FIELDS, EventType, JobState, Outcome, StopReason
 
@@ -138,8 +139,8 @@ class Feeder:
         agent: the definition's name (for the records of rows that fail without running).
         ahead: most rows submitted but not ended at once (:func:`ahead_for`).
         slice_rows: rows planned together as one part (default :func:`slice_for`).
-        check_keys: give a row whose key was seen before a failed record (keeps the keys seen:
-            strings only, never the rows).
+        check_keys: give a row whose key was seen before a failed record (keeps a 64-bit
+            hash of each key seen, 16-32 bytes a key: :class:`SeenKeys`).
         source: what the rows come from, named in the records of rows that fail
             (``inputs file data.jsonl``).
         poll_s: the longest wait for the batch's events before more rows are submitted.
@@ -179,7 +180,7 @@ class Feeder:
         self._plan, self._client, self.agent = plan, client, agent
         self.ahead = ahead
         self.slice_rows = max(1, min(slice_rows or slice_for(ahead), ahead))
-        self._seen: set[str] | None = set() if check_keys else None
+        self._seen = SeenKeys() if check_keys else None
         self.source, self.poll_s, self.sweep_s = source, poll_s, sweep_s
         self._clock = clock
         self._quiet_since = clock()
@@ -301,16 +302,14 @@ class Feeder:
             if isinstance(row, RowError):
                 yield self._fail(row.key, row.message)
                 continue
-            if self._seen is not None:
-                if row.key in self._seen:
-                    yield self._fail(
-                        row.key,
-                        f"line {row.line}: the key {row.key!r} was seen before; "
-                        "each row needs a key of its own",
-                        row.data,
-                    )
-                    continue
-                self._seen.add(row.key)
+            if self._seen is not None and not self._seen.add(row.key):
+                yield self._fail(
+                    row.key,
+                    f"line {row.line}: the key {row.key!r} was seen before; "
+                    "each row needs a key of its own",
+                    row.data,
+                )
+                continue
             job_id = self._adopted.pop(row.key, None)
             if job_id is not None:
                 ended = self._take_over(job_id, row.key, row.data)

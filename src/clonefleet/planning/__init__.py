@@ -3,6 +3,7 @@ submission the scheduler starts, on the caller's machine or on a spawning clone'
 """
 
 from clonefleet.planning._batch_plan import BatchPlan as BatchPlan
+from clonefleet.planning._batch_plan import PlanOptions as PlanOptions
 from clonefleet.planning._batch_plan import RowsPlan as RowsPlan
 from clonefleet.planning._batch_plan import plan_batch as plan_batch
 from clonefleet.planning._batch_plan import plan_rows as plan_rows
@@ -30,6 +31,7 @@ __all__ = [
     "BatchSubmission",
     "Fork",
     "NestedPlan",
+    "PlanOptions",
     "RowFailure",
     "RowsPlan",
     "check_batch_budget",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from clonefleet.config import Config
 from clonefleet.errors import UsageError
@@ -16,7 +16,7 @@ from clonefleet.planning._clone_specs import BatchRequest, RowFailure, check_cou
 from clonefleet.planning._submission import BatchSubmission, new_batch_id, new_job_id
 from clonefleet.providers import SimScript
 
-__all__ = ["BatchPlan", "RowsPlan", "plan_batch", "plan_rows"]
+__all__ = ["BatchPlan", "PlanOptions", "RowsPlan", "plan_batch", "plan_rows"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +53,42 @@ class RowsPlan:
     failures: tuple[RowFailure, ...]
 
 
+class PlanOptions(TypedDict, total=False):
+    """The options :func:`plan_batch` and :func:`plan_rows` take by keyword (each optional),
+    spelled once for both; :meth:`Fleet.spawn` and :meth:`Fleet.map` pass theirs on."""
+
+    model: str | None
+    """A model, alias or ``@mg:GROUP`` overriding the definition's."""
+    cwd: str | None
+    """The launch directory (default: ``caller_cwd``)."""
+    approve_chdir: bool
+    """Approve a ``cwd`` outside ``caller_cwd``."""
+    variables: Mapping[str, str] | None
+    """Template variables (``--var``)."""
+    subagents_dirs: Sequence[str]
+    """Extra definitions directories."""
+    sim_script: SimScript | str | None
+    """The simulated provider's script, or the path of its file."""
+    clones_per_actor: int | None
+    """Clones hosted per Ray actor (default ``limits.clones_per_actor``)."""
+    max_concurrency: int | None
+    """Jobs of the batch running at once."""
+    budget_tokens: int | None
+    """Once the batch (with its subagents) used more tokens, no more of its jobs start and
+    those running are cancelled (stop reason ``budget``)."""
+    budget_usd: float | None
+    """The same in US dollars."""
+    batch_id: str | None
+    """Plan one more part of this open batch (:meth:`Fleet.extend`)."""
+    first_index: int
+    """The whole batch's index of this part's first clone."""
+    total: int | None
+    """The whole batch's clone count (``clone.count``; default: this part's count)."""
+
+
+_OPTION_NAMES = frozenset(PlanOptions.__annotations__)
+
+
 def plan_batch(
     agent: str,
     prompt: str,
@@ -60,28 +96,16 @@ def plan_batch(
     *,
     config: Config,
     caller_cwd: Path,
-    model: str | None = None,
-    cwd: str | None = None,
-    approve_chdir: bool = False,
-    variables: Mapping[str, str] | None = None,
-    subagents_dirs: Sequence[str] = (),
-    sim_script: SimScript | str | None = None,
-    clones_per_actor: int | None = None,
-    max_concurrency: int | None = None,
-    budget_tokens: int | None = None,
-    budget_usd: float | None = None,
     rows: Sequence[tuple[str, Any]] = (),
-    batch_id: str | None = None,
-    first_index: int = 0,
-    total: int | None = None,
+    **options: Unpack[PlanOptions],
 ) -> BatchPlan:
     """Check and render a whole batch on this machine, before any cluster is involved.
 
-    Ids are drawn here (``sa_`` + 8 hex); the scheduler refuses any already in use and
-    :meth:`Fleet.submit` then draws again, so a usage or template error never costs a Ray start.
-    ``budget_tokens`` and ``budget_usd`` bound what the batch (with its subagents) may use: once
-    its usage passes either, no more of its jobs start and those running are cancelled (stop
-    reason ``budget``).
+    ``options`` are the :class:`PlanOptions`. Ids are drawn here (``sa_`` + 8 hex); the
+    scheduler refuses any already in use and :meth:`Fleet.submit` then draws again, so a usage
+    or template error never costs a Ray start. ``budget_tokens`` and ``budget_usd`` bound what
+    the batch (with its subagents) may use: once its usage passes either, no more of its jobs
+    start and those running are cancelled (stop reason ``budget``).
 
     ``rows`` maps the agent over a dataset: one ``(key, data)`` per clone, in order (``count``
     is then not used); each clone's templates see its row as ``input`` and its spec, record,
@@ -94,17 +118,15 @@ def plan_batch(
     and ``clone.count`` is ``total`` (default: this part's count).
 
     Raises:
+        TypeError: an option that is not one of :class:`PlanOptions`.
         UsageError: bad count, cwd or model; rows with a repeated key or bad data; a prompt
-            over ``limits.max_prompt_chars``; ``clones_per_actor`` or ``max_concurrency`` below 1; a budget that is not positive
-            and finite, or ``budget_usd`` with a model that has no price.
+            over ``limits.max_prompt_chars``; ``clones_per_actor`` or ``max_concurrency`` below
+            1; a budget that is not positive and finite, or ``budget_usd`` with a model that
+            has no price.
         DefinitionError: unknown or invalid agent, render failure.
         ConfigError: unreadable simulation script.
     """
-    req = _request(
-        agent, prompt, count, config, model, cwd, approve_chdir, variables, subagents_dirs,
-        sim_script, clones_per_actor, max_concurrency, budget_tokens, budget_usd, rows,
-        batch_id, first_index, total,
-    )  # fmt: skip
+    req = _request(agent, prompt, count, config, rows, options)
     return _plan(req, config, Path(caller_cwd).resolve())
 
 
@@ -115,19 +137,7 @@ def plan_rows(
     *,
     config: Config,
     caller_cwd: Path,
-    model: str | None = None,
-    cwd: str | None = None,
-    approve_chdir: bool = False,
-    variables: Mapping[str, str] | None = None,
-    subagents_dirs: Sequence[str] = (),
-    sim_script: SimScript | str | None = None,
-    clones_per_actor: int | None = None,
-    max_concurrency: int | None = None,
-    budget_tokens: int | None = None,
-    budget_usd: float | None = None,
-    batch_id: str | None = None,
-    first_index: int = 0,
-    total: int | None = None,
+    **options: Unpack[PlanOptions],
 ) -> RowsPlan:
     """Plan a part of a batch mapped over rows, each row failing alone: :func:`plan_batch`
     with ``rows``, except that a row whose clone cannot be rendered (a template error naming
@@ -136,15 +146,12 @@ def plan_rows(
     their indices in the whole batch. No row rendered: the plan is ``None``.
 
     Raises:
+        TypeError: an option that is not one of :class:`PlanOptions`.
         UsageError: as :func:`plan_batch` (no rows, a repeated key, bad data, model, cwd...).
         DefinitionError: unknown or invalid agent; a prompt or body that does not compile.
         ConfigError: unreadable simulation script.
     """
-    req = _request(
-        agent, prompt, 1, config, model, cwd, approve_chdir, variables, subagents_dirs,
-        sim_script, clones_per_actor, max_concurrency, budget_tokens, budget_usd, rows,
-        batch_id, first_index, total,
-    )  # fmt: skip
+    req = _request(agent, prompt, 1, config, rows, options)
     if not req.rows:
         raise UsageError("plan_rows needs at least one input row")
     return _plan_collecting(req, config, Path(caller_cwd).resolve())
@@ -155,43 +162,36 @@ def _request(
     prompt: str,
     count: int,
     config: Config,
-    model: str | None,
-    cwd: str | None,
-    approve_chdir: bool,
-    variables: Mapping[str, str] | None,
-    subagents_dirs: Sequence[str],
-    sim_script: SimScript | str | None,
-    clones_per_actor: int | None,
-    max_concurrency: int | None,
-    budget_tokens: int | None,
-    budget_usd: float | None,
     rows: Sequence[tuple[str, Any]],
-    batch_id: str | None,
-    first_index: int,
-    total: int | None,
+    options: PlanOptions,
 ) -> BatchRequest:
+    unknown = sorted(set(options) - _OPTION_NAMES)
+    if unknown:
+        raise TypeError(f"unexpected planning option {unknown[0]!r}")
+    sim_script = options.get("sim_script")
     script = SimScript.load(sim_script) if isinstance(sim_script, str) else sim_script
+    clones_per_actor = options.get("clones_per_actor")
     return BatchRequest(
         agent=agent,
         prompt=prompt,
         count=count,
-        model=model,
-        cwd=cwd,
-        approve_chdir=approve_chdir,
-        variables=dict(variables or {}),
-        subagents_dirs=tuple(str(Path(d).resolve()) for d in subagents_dirs),
+        model=options.get("model"),
+        cwd=options.get("cwd"),
+        approve_chdir=options.get("approve_chdir", False),
+        variables=dict(options.get("variables") or {}),
+        subagents_dirs=tuple(str(Path(d).resolve()) for d in options.get("subagents_dirs", ())),
         sim_script=script,
         # 0 is not "unset": plan_specs refuses it (and negatives) like any bad value.
         clones_per_actor=(
             config.limits.clones_per_actor if clones_per_actor is None else clones_per_actor
         ),
-        max_concurrency=max_concurrency,
-        budget_tokens=budget_tokens,
-        budget_usd=budget_usd,
+        max_concurrency=options.get("max_concurrency"),
+        budget_tokens=options.get("budget_tokens"),
+        budget_usd=options.get("budget_usd"),
         rows=tuple(rows),
-        batch_id=batch_id,
-        first_index=first_index,
-        total=total,
+        batch_id=options.get("batch_id"),
+        first_index=options.get("first_index", 0),
+        total=options.get("total"),
     )
 
 

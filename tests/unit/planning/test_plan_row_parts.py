@@ -5,6 +5,7 @@ alone while whole-batch problems still raise at once."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from clonefleet.config import Config
 from clonefleet.errors import DefinitionError, TemplateError, UsageError
-from clonefleet.planning import RowFailure, plan_batch, plan_rows
+from clonefleet.planning import PlanOptions, RowFailure, plan_batch, plan_rows
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -219,3 +220,28 @@ def _nested(depth: int) -> object:
     for _ in range(depth):
         value = [value]
     return value
+
+
+def test_plan_batch_and_plan_rows_take_the_same_options(project: Path) -> None:
+    """One set of options (PlanOptions) for both: each plans the same clones with them."""
+    options: PlanOptions = {"model": "sim-small", "max_concurrency": 3, "first_index": 4}
+    counted = plan_batch(
+        "numbered", "go", config=Config(), caller_cwd=project, rows=rows(range(2)), **options
+    )
+    part = plan_rows(
+        "numbered", "go", rows(range(2)), config=Config(), caller_cwd=project, **options
+    )
+    assert part.plan is not None
+    for plan in (counted, part.plan):
+        assert plan.submission.max_concurrency == 3
+        assert [s.clone_index for s in plan.submission.specs] == [4, 5]
+        assert plan.request.model == "sim-small"
+
+
+@pytest.mark.parametrize("plan", [plan_batch, plan_rows])
+def test_an_unknown_option_is_a_type_error(project: Path, plan: Any) -> None:
+    """A misspelt option is refused, as a keyword Python does not know would be."""
+    with pytest.raises(TypeError, match="'max_concurency'"):
+        plan(
+            "numbered", "go", rows(range(1)), config=Config(), caller_cwd=project, max_concurency=2
+        )
