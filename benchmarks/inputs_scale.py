@@ -14,7 +14,7 @@ Usage::
 
     python benchmarks/inputs_scale.py [--cases rows,start,resume] [--rows 100000]
         [--start-rows 1000000] [--resume-rows 10000] [--kill-at 0.4] [--latency-ms 200]
-        [--resume-max-concurrency N] [--resume-checkpoint-s S]
+        [--resume-max-concurrency N] [--resume-checkpoint-s S] [--resume-no-journal]
         [--time-limit-s 1800] [--out benchmarks/results/inputs_scale.json]
 
 Prints a table and writes JSON; exits 1 when a target is missed.
@@ -51,7 +51,9 @@ def write_rows(path: Path, n: int) -> None:
             f.write("".join(f'{{"id": {i}, "q": "what is {i} squared"}}\n' for i in block))
 
 
-def _config(base_url: str, max_count: int, checkpoint_s: float | None = None) -> str:
+def _config(
+    base_url: str, max_count: int, checkpoint_s: float | None = None, journal: bool = True
+) -> str:
     config: dict[str, Any] = {
         "version": 1,
         "providers": {"srv": {"kind": "openai", "base_url": base_url, "api_key_env": _KEY_ENV}},
@@ -61,6 +63,8 @@ def _config(base_url: str, max_count: int, checkpoint_s: float | None = None) ->
     }
     if checkpoint_s is not None:
         config["durability"] = {"checkpoint_interval_s": checkpoint_s}
+    if not journal:  # no journal: a rerun cannot collect the killed run's batch
+        config["durability"] = {"enabled": False}
     return json.dumps(config)
 
 
@@ -239,10 +243,16 @@ class Bench:
         out: dict[str, Any] = {"case": "resume", "rows": n, "kill_at": self.args.kill_at}
         out["max_concurrency"] = self.args.resume_max_concurrency
         out["checkpoint_interval_s"] = self.args.resume_checkpoint_s
+        out["journal"] = not self.args.resume_no_journal
         for kind in ("whole", "killed"):
             work, env, server = self.session(f"resume-{kind}")
             try:
-                config = _config(server.base_url, max(n, 10_000), self.args.resume_checkpoint_s)
+                config = _config(
+                    server.base_url,
+                    max(n, 10_000),
+                    self.args.resume_checkpoint_s,
+                    journal=not self.args.resume_no_journal,
+                )
                 (work / "c.json").write_text(config)
                 rows = work / "rows.jsonl"
                 write_rows(rows, n)
@@ -321,6 +331,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kill-at", type=float, default=0.4, help="share of records before the kill")
     p.add_argument(
         "--resume-max-concurrency", type=int, default=None, help="--max-concurrency of both runs"
+    )
+    p.add_argument(
+        "--resume-no-journal",
+        action="store_true",
+        help="durability off in both runs: the rerun runs again the rows the killed run left",
     )
     p.add_argument(
         "--resume-checkpoint-s",
