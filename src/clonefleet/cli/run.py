@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -398,15 +399,15 @@ def _run_inputs(args: argparse.Namespace, config: Any) -> int:
     )
     address = resolve_address(args.address)
     with tempfile.TemporaryDirectory(prefix="clonefleet-run-") as folder:
-        total = [0]
+        prepared: Any = None
         prepared = InputsRun(
             request,
-            _row_planner(args, config, total),
+            _row_planner(args, config, lambda: prepared.to_run if prepared else 0),
             agent=args.agent,
             config=config,
             spool_dir=folder,
+            count_later=True,  # while Ray starts; _feed_rows waits before the first part
         )
-        total[0] = prepared.to_run
         run = _Run(address)
         say_outcome(run.what_became)
         try:
@@ -423,10 +424,10 @@ def _run_inputs(args: argparse.Namespace, config: Any) -> int:
             return stop.exit_status
 
 
-def _row_planner(args: argparse.Namespace, config: Any, total: list[int]) -> Any:
+def _row_planner(args: argparse.Namespace, config: Any, total: Callable[[], int]) -> Any:
     """Plans one part of rows, each row failing alone (:func:`plan_rows` with the command
-    line's options), its clones numbered in the whole batch of ``total[0]`` rows (known once
-    the file is counted)."""
+    line's options), its clones numbered in the whole batch of ``total()`` rows (0 until the
+    file is counted)."""
     from clonefleet.planning import plan_rows
 
     def plan(rows: Any, batch_id: str | None, first: int) -> Any:
@@ -437,7 +438,7 @@ def _row_planner(args: argparse.Namespace, config: Any, total: list[int]) -> Any
             **_plan_options(args, config),
             batch_id=batch_id,
             first_index=first,
-            total=max(total[0], first + len(rows)),
+            total=max(total(), first + len(rows)),
         )
 
     return plan
@@ -452,14 +453,19 @@ def _feed_rows(
     from clonefleet.fleet import Fleet
 
     say = _say(args)
-    if prepared.skipped_failed or prepared.total != prepared.to_run:
-        done = prepared.total - prepared.to_run
-        say(f"{done} of {prepared.total} rows already have a record in {args.out}: skipped")
-    if prepared.to_run == 0:
-        say("nothing to run")
-        return EXIT_OK if _all_done_succeeded(prepared) else EXIT_FAILED
+    if prepared.counted:  # else nothing is skipped, and the rows are counted while Ray starts
+        if prepared.skipped_failed or prepared.total != prepared.to_run:
+            done = prepared.total - prepared.to_run
+            say(f"{done} of {prepared.total} rows already have a record in {args.out}: skipped")
+        if prepared.to_run == 0:
+            say("nothing to run")
+            return EXIT_OK if _all_done_succeeded(prepared) else EXIT_FAILED
     fleet = run.fleet = Fleet(address, config=config)
     fleet.wait_margin_s = FOLLOW_MARGIN_S
+    prepared.wait_counted()  # a duplicate key is a usage error here: nothing was submitted
+    if prepared.to_run == 0:
+        say("nothing to run")
+        return EXIT_OK
     cap = args.max_concurrency or config.limits.max_concurrency
     feeder = prepared.feeder(fleet, ahead_for(cap))
     feeder.start()
