@@ -157,7 +157,8 @@ def _lines(path: Path) -> int:
 
 
 def _ok_records(path: Path) -> tuple[int, int]:
-    """(records, distinct keys with a successful record) in a JSONL results file."""
+    """(records, distinct keys with a successful record) in a JSONL results file; a record
+    without a key (a counted batch's) counts as a key of its own."""
     total, ok = 0, set()
     with path.open(encoding="utf-8") as f:
         for line in f:
@@ -167,7 +168,8 @@ def _ok_records(path: Path) -> tuple[int, int]:
                 continue
             total += 1
             if rec.get("status") == "completed" and rec.get("outcome") == "success":
-                ok.add(rec.get("key"))
+                key = rec.get("key")
+                ok.add(("line", total) if key is None else ("key", key))
     return total, len(ok)
 
 

@@ -194,6 +194,7 @@ def test_whole_file_problems_stop_the_run_before_ray_starts(cli_run, tmp_path):
     twice = cli_run(*base, str(dup), "--key", "id", cwd=tmp_path, timeout=60)
     assert twice.returncode == 2
     assert "lines 1 and 3 have the same key 'a'" in twice.stderr
+    assert "batch b_" not in twice.stderr  # counted while Ray started: nothing was submitted
     late = cli_run(*base, str(dup), "--prompt", "{{ input.nope }}", cwd=tmp_path, timeout=60)
     assert late.returncode == 2 and "nope" in late.stderr
     assert "Ray" not in missing.stderr + twice.stderr

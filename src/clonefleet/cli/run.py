@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -418,15 +419,15 @@ def _run_inputs(args: argparse.Namespace, config: Any) -> int:
     resume = _Resume(ledger, run_fingerprint(_identity(args)), given)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="clonefleet-run-") as folder:
-        total = [0]
+        prepared: Any = None
         prepared = InputsRun(
             request,
-            _row_planner(args, config, total),
+            _row_planner(args, config, lambda: prepared.to_run if prepared else 0),
             agent=args.agent,
             config=config,
             spool_dir=folder,
+            count_later=True,  # while Ray starts; _feed_rows waits before the first part
         )
-        total[0] = prepared.to_run
         resume.choose(args, prepared)
         config = resume.config(config)
         run = _Run(address)
@@ -529,10 +530,10 @@ class _Resume:
         self.ledger.forget(self.fingerprint)
 
 
-def _row_planner(args: argparse.Namespace, config: Any, total: list[int]) -> Any:
+def _row_planner(args: argparse.Namespace, config: Any, total: Callable[[], int]) -> Any:
     """Plans one part of rows, each row failing alone (:func:`plan_rows` with the command
-    line's options), its clones numbered in the whole batch of ``total[0]`` rows (known once
-    the file is counted)."""
+    line's options), its clones numbered in the whole batch of ``total()`` rows (0 until the
+    file is counted)."""
     from clonefleet.planning import plan_rows
 
     def plan(rows: Any, batch_id: str | None, first: int) -> Any:
@@ -543,7 +544,7 @@ def _row_planner(args: argparse.Namespace, config: Any, total: list[int]) -> Any
             **_plan_options(args, config),
             batch_id=batch_id,
             first_index=first,
-            total=max(total[0], first + len(rows)),
+            total=max(total(), first + len(rows)),
         )
 
     return plan
@@ -593,15 +594,21 @@ def _feed_rows(
 
     table = _table_rows(args, prepared)
     say = _say(args)
-    if prepared.skipped_failed or prepared.total != prepared.to_run:
-        done = prepared.total - prepared.to_run
-        say(f"{done} of {prepared.total} rows already have a record in {args.out}: skipped")
+    if prepared.counted:  # else nothing is skipped, and the rows are counted while Ray starts
+        if prepared.skipped_failed or prepared.total != prepared.to_run:
+            done = prepared.total - prepared.to_run
+            say(f"{done} of {prepared.total} rows already have a record in {args.out}: skipped")
+        if prepared.to_run == 0:
+            say("nothing to run")
+            resume.forget()
+            return EXIT_OK if _all_done_succeeded(prepared) else EXIT_FAILED
+    fleet = run.fleet = Fleet(address, config=config)
+    fleet.wait_margin_s = FOLLOW_MARGIN_S
+    prepared.wait_counted()  # a duplicate key is a usage error here: nothing was submitted
     if prepared.to_run == 0:
         say("nothing to run")
         resume.forget()
-        return EXIT_OK if _all_done_succeeded(prepared) else EXIT_FAILED
-    fleet = run.fleet = Fleet(address, config=config)
-    fleet.wait_margin_s = FOLLOW_MARGIN_S
+        return EXIT_OK
     adopted = resume.adopt(fleet, prepared, say)
     if args.detach:
         return _submit_rows(args, prepared, fleet, run, resume, adopted)

@@ -202,6 +202,10 @@ class Feeder:
         """Rows handed to the planner so far (the next part's first clone index)."""
         self._started = False
         self._early: list[Ended] = []
+        self._warm = False
+        """Whether a job of the batch has begun on a host (an event past ``queued`` came): until
+        then only the first part is submitted, so that planning and submitting the others do
+        not hold up the start of the hosts the first part needs (docs/inputs.md)."""
         self._adopted: dict[str, str] = {}
         """Key -> job id of the adopted batch's jobs whose rows were not read yet."""
         self._adopted_ended: set[str] = set()
@@ -288,6 +292,8 @@ class Feeder:
         """Read and submit slices while there is room; yields the rows that fail alone."""
         while not self._cancelled.is_set() and not self._exhausted:
             if self.ahead - len(self._pending) < self.slice_rows:
+                return
+            if self._pending and not self._warm:
                 return
             yield from self._slice()
 
@@ -426,6 +432,7 @@ class Feeder:
         for env in page["events"]:
             event = env.get("event") or {}
             job = env.get("subagent_run_id")
+            self._warm = self._warm or event.get("type") != EventType.QUEUED
             if event.get("type") != EventType.RESULT:
                 continue
             if job in self._adopted_unread:  # its row comes later: read its record then
@@ -438,6 +445,7 @@ class Feeder:
             self._quiet_since = now
         elif now - self._quiet_since >= self.sweep_s:
             self._quiet_since = now
+            self._warm = True  # whatever the events said: the rest may go in
             ended.extend((job, None) for job in self._ended_by_state())
         for job_id, record in ended:
             if job_id not in self._pending:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -62,6 +63,9 @@ class InputsRun:
         agent: the definition's name.
         config: the config (``limits.max_count``, prices for CSV's ``cost_usd``).
         spool_dir: where standard input or a FIFO is copied (the caller removes it).
+        count_later: when ``--out`` has no records (nothing to skip), count the rows and check
+            their keys in a background thread, so that the caller can start Ray meanwhile;
+            :meth:`wait_counted` (before the first row is submitted) raises what it found.
 
     Standard input and FIFOs are spooled first; the file is checked, counted (its keys checked
     with a key field), the ``--out`` file read for the keys done, and the first slice of rows to
@@ -77,6 +81,7 @@ class InputsRun:
         agent: str,
         config: Config,
         spool_dir: str | os.PathLike[str],
+        count_later: bool = False,
     ) -> None:
         self.request, self._plan, self.agent = request, plan, agent
         shown = "standard input" if request.inputs == STDIN else request.inputs
@@ -91,15 +96,7 @@ class InputsRun:
             content=path if request.inputs == STDIN else None,
         )
         check_source(path, self.format, name=shown)
-        self.total = count_and_check_keys(
-            path,
-            self.format,
-            key=request.key,
-            limit=request.limit,
-            max_count=config.limits.max_count,
-            name=shown,
-        )
-        """Rows in the file (up to ``--limit``)."""
+        self._max_count = config.limits.max_count
         self.index: ResultsIndex | None = None
         if request.out and Path(request.out).is_file():
             self.index = ResultsIndex.read(request.out)
@@ -107,9 +104,20 @@ class InputsRun:
         """Rows skipped because ``--out`` has their key done (counted once :meth:`rows` ran)."""
         self.skipped_failed = 0
         """Of those, rows whose record there failed (without ``--retry-failed``)."""
-        self.to_run = self._count_to_run()
-        """Rows this run reads into the batch (the total less those already done)."""
-        schema = self._check_first_slice()
+        self._total = self._to_run = 0
+        self._counting: threading.Thread | None = None
+        self._count_error: BaseException | None = None
+        if count_later and (self.index is None or not len(self.index)):
+            # Nothing to skip: the rows to run are the file's rows, whose count (and key check)
+            # is one pass over the whole file, done while Ray starts (docs/inputs.md).
+            schema = self._check_first_slice()
+            self._counting = threading.Thread(
+                target=self._count_in_background, name="clonefleet-count-inputs", daemon=True
+            )
+            self._counting.start()
+        else:
+            self._count()
+            schema = self._check_first_slice()
         self.writer: ResultsWriter | None = None
         if request.out:
             self.writer = ResultsWriter(
@@ -119,6 +127,59 @@ class InputsRun:
                 exit_schema=schema,
                 config=config,
             )
+
+    def _count(self) -> None:
+        """Count the rows (checking their keys) and those to run."""
+        req = self.request
+        self._total = count_and_check_keys(
+            self.path,
+            self.format,
+            key=req.key,
+            limit=req.limit,
+            max_count=self._max_count,
+            name=self.name,
+        )
+        self._to_run = self._count_to_run()
+
+    def _count_in_background(self) -> None:
+        try:
+            self._count()
+        except BaseException as exc:  # raised again by wait_counted, in the caller's thread
+            self._count_error = exc
+
+    @property
+    def counted(self) -> bool:
+        """Whether the rows have been counted and their keys checked (:meth:`wait_counted`)."""
+        return self._counting is None
+
+    def wait_counted(self) -> None:
+        """Wait for the count begun in the background (``count_later``), if any.
+
+        Raises:
+            UsageError: two rows with one key, more rows than ``limits.max_count``, a file
+                that cannot be read through: what counting in the foreground raises.
+        """
+        counting = self._counting
+        if counting is None:
+            return
+        counting.join()
+        self._counting = None
+        error, self._count_error = self._count_error, None
+        if error is not None:
+            raise error
+
+    @property
+    def total(self) -> int:
+        """Rows in the file (up to ``--limit``); waits for the count (:meth:`wait_counted`)."""
+        self.wait_counted()
+        return self._total
+
+    @property
+    def to_run(self) -> int:
+        """Rows this run reads into the batch (the total less those already done); waits for
+        the count (:meth:`wait_counted`)."""
+        self.wait_counted()
+        return self._to_run
 
     def _done(self, key: str | None) -> bool:
         return (
@@ -136,7 +197,7 @@ class InputsRun:
     def _count_to_run(self) -> int:
         """The rows not done already (one more pass over the file when resuming)."""
         if self.index is None or not len(self.index):
-            return self.total
+            return self._total
         return sum(1 for _ in self._read(count=False))
 
     def _read(self, count: bool = True) -> Iterator[Row | RowError]:

@@ -73,6 +73,8 @@ class SchedulerCore:
             host_factory, self, apply=self.apply_event, lost=self._host_died, spawn=self._spawn
         )
         self.usage = UsageBook(self.table.jobs)
+        self._part_hosts: dict[str, list[HostCalls]] = {}
+        """A growing batch's hosts, which its next parts fill (:meth:`_bind_part`)."""
         self.event_log = EventLog(
             self.table.jobs,
             max_events=settings.max_events,
@@ -217,15 +219,40 @@ class SchedulerCore:
         if not ids:
             return
         meta = self._meta(batch_id)
-        per = meta.clones_per_actor or choose_clones_per_actor(len(ids), self.cpus, self.nodes)
-        for start in range(0, len(ids), per):
-            self._bind(self.hosts.acquire(), ids[start : start + per])
+        batch = self.table.batch(batch_id)
+        if batch is not None and (batch.open or batch.parts > 1):
+            self._bind_part(batch_id, ids, meta.clones_per_actor)
+        else:
+            per = meta.clones_per_actor or choose_clones_per_actor(len(ids), self.cpus, self.nodes)
+            for start in range(0, len(ids), per):
+                self._bind(self.hosts.acquire(), ids[start : start + per])
         self.table.enqueue(batch_id, ids)
+
+    def _bind_part(self, batch_id: str, ids: Sequence[str], per: int | None) -> None:
+        """Bind a part of a growing batch to the batch's hosts still running its earlier parts,
+        starting new ones only to reach the spread a counted batch gets (a host per CPU and
+        node; with clones per host set, a new host once each holds that many unfinished jobs).
+        A part never pays for process starts the batch's hosts already paid (docs/inputs.md)."""
+        spread = max(self.cpus, self.nodes, 1)
+        moves = self.hosts.spread(
+            self._part_hosts.get(batch_id, ()),
+            ids,
+            per_new=per or max(1, -(-len(ids) // spread)),
+            fill_to=per,
+            at_least=1 if per else spread,
+        )
+        hosts = {h.host_id: h for h in self._part_hosts.get(batch_id, ()) if self.hosts.is_live(h)}
+        for move in moves:
+            hosts[move.host.host_id] = move.host
+            for job_id in move.job_ids:
+                self.table.jobs[job_id].host_id = move.host.host_id
+        self._part_hosts[batch_id] = list(hosts.values())
 
     def forget_batch(self, batch_id: str) -> list[str]:
         """Drop a batch from the table, the host map and the usage ledger (never accepted, or
         evicted); returns its job ids."""
         ids = self.table.forget_batch(batch_id)
+        self._part_hosts.pop(batch_id, None)
         self.hosts.forget(ids)
         self.usage.drop_batch(batch_id)
         return ids

@@ -43,7 +43,8 @@ DRAIN_CALLS_PER_S = 2000
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Move:
-    """Jobs moved off a dead host by :meth:`HostPool.move`."""
+    """Jobs bound to a host together by :meth:`HostPool.spread` (moved off a dead host by
+    :meth:`HostPool.move`)."""
 
     host: HostCalls
     """Where they went."""
@@ -155,9 +156,59 @@ class HostPool:
             self._draining[host.host_id] = host
             self._spawn(self._drain_loop(host))
 
+    def spread(
+        self,
+        hosts: Sequence[HostCalls],
+        job_ids: Sequence[str],
+        *,
+        per_new: int,
+        fill_to: int | None = None,
+        at_least: int = 1,
+    ) -> list[Move]:
+        """Bind jobs to ``hosts`` (a growing batch's hosts; those not live are passed over) and
+        to new ones: first enough new hosts (idle warm ones first) that ``at_least`` hosts (no
+        more than the jobs) take part; then each job to the host with the fewest unfinished
+        jobs while it holds fewer than ``fill_to`` (``None``: no limit); the rest to new hosts,
+        ``per_new`` jobs each. Returns where each went (``new``: a host not in ``hosts``)."""
+        targets = [h for h in hosts if self.is_live(h)]
+        fresh = max(0, min(at_least, len(targets) + len(job_ids)) - len(targets))
+        new_ids: set[str] = set()
+        for _ in range(fresh):
+            host = self.acquire()
+            new_ids.add(host.host_id)
+            targets.append(host)
+        limit = math.inf if fill_to is None else fill_to
+        load = [(self._open.get(h.host_id, 0), n) for n, h in enumerate(targets)]
+        load = [(count, n) for count, n in load if count < limit]
+        heapq.heapify(load)
+        picked: dict[int, list[str]] = {}
+        taken = 0
+        while taken < len(job_ids) and load:
+            count, n = heapq.heappop(load)
+            picked.setdefault(n, []).append(job_ids[taken])
+            taken += 1
+            if count + 1 < limit:
+                heapq.heappush(load, (count + 1, n))
+        moves = [
+            Move(host=targets[n], job_ids=ids, new=targets[n].host_id in new_ids)
+            for n, ids in sorted(picked.items())
+        ]
+        left, step = job_ids[taken:], max(per_new, 1)
+        moves.extend(
+            Move(host=self.acquire(), job_ids=list(left[i : i + step]), new=True)
+            for i in range(0, len(left), step)
+        )
+        for m in moves:
+            self.bind(m.host, m.job_ids)
+        return moves
+
     def bound_to(self, host: HostCalls) -> list[str]:
         """The jobs bound to a host (ended ones included)."""
         return list(self._host_jobs.get(host.host_id, ()))
+
+    def is_live(self, host: HostCalls) -> bool:
+        """Whether the host is busy (its drain loop runs) and not known to be dead."""
+        return host.host_id in self._draining and host.host_id not in self._dead
 
     def live(self) -> list[HostCalls]:
         """Busy hosts not known to be dead (their drain loops run), in the order they began."""
@@ -173,28 +224,7 @@ class HostPool:
         self._dead.add(dead.host_id)
         self._host_jobs[dead.host_id].difference_update(job_ids)
         self._open[dead.host_id] -= len(job_ids)
-        targets = self.live()
-        limit = math.inf if fill_to is None else fill_to
-        load = [(self._open.get(h.host_id, 0), n) for n, h in enumerate(targets)]
-        load = [(count, n) for count, n in load if count < limit]
-        heapq.heapify(load)
-        picked: dict[int, list[str]] = {}
-        taken = 0
-        while taken < len(job_ids) and load:
-            count, n = heapq.heappop(load)
-            picked.setdefault(n, []).append(job_ids[taken])
-            taken += 1
-            if count + 1 < limit:
-                heapq.heappush(load, (count + 1, n))
-        moves = [Move(host=targets[n], job_ids=ids, new=False) for n, ids in picked.items()]
-        left, step = job_ids[taken:], max(per_new, 1)
-        moves.extend(
-            Move(host=self.acquire(), job_ids=list(left[i : i + step]), new=True)
-            for i in range(0, len(left), step)
-        )
-        for m in moves:
-            self.bind(m.host, m.job_ids)
-        return moves
+        return self.spread(self.live(), job_ids, per_new=per_new, fill_to=fill_to, at_least=0)
 
     def mark_dead(self, host: HostCalls) -> None:
         """Never keep this host warm again."""

@@ -22,6 +22,8 @@ from clonefleet.scheduler._usage import UsageBook
 
 __all__ = ["LONGEST_WAIT_S", "JobQueries"]
 
+TARGETS_KEPT = 8
+"""Batches whose sets of job ids are kept for the next read of their events."""
 LONGEST_WAIT_S = 3600.0
 """How long ``job_block`` waits when given no time limit."""
 
@@ -49,6 +51,29 @@ class JobQueries:
     ) -> None:
         self._table, self._usage, self._log = table, usage, log
         self._ended, self._durable, self._capacity = ended, durable, capacity
+        self._targets: dict[str, tuple[list[str], int, set[str]]] = {}
+        """The job ids of the batches whose events were read last: the batch's list of ids,
+        how many of them the set holds, the set (grown as the batch grows)."""
+
+    def _ids_of(self, target: str) -> set[str]:
+        """The job ids a target stands for. A batch's set is kept and grown with the batch
+        rather than made again: a feeder reads a growing batch of 100,000 jobs's events many
+        times a second (docs/inputs.md). A part taken out again (:meth:`JobTable.unextend`)
+        may leave its ids in the set: they never had events."""
+        batch = self._table.batch(target)
+        if batch is None:
+            return set(self._table.expand([target]))
+        job_ids = batch.job_ids
+        kept = self._targets.pop(target, None)
+        if kept is None or kept[0] is not job_ids or kept[1] > len(job_ids):
+            kept = (job_ids, 0, set())
+        ids = kept[2]
+        if kept[1] < len(job_ids):
+            ids.update(job_ids[kept[1] :])
+        self._targets[target] = (job_ids, len(job_ids), ids)
+        while len(self._targets) > TARGETS_KEPT:
+            del self._targets[next(iter(self._targets))]
+        return ids
 
     async def job_status(self, job_id: str) -> api.JobStatus:
         return self._table.get(job_id).status()
@@ -171,7 +196,7 @@ class JobQueries:
     async def events(
         self, target: api.Target = None, **query: Unpack[api.EventQuery]
     ) -> api.EventPage:
-        ids = set(self._table.expand([target])) if target else None
+        ids = self._ids_of(target) if target else None
         cursor, level = query.get("cursor", 0), query.get("level", "lifecycle")
         limit = check_limit(query.get("limit"), PAGE_LIMIT) or PAGE_LIMIT
         while cursor < (base := self._log.base):

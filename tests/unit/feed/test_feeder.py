@@ -357,3 +357,60 @@ def test_a_first_slice_whose_rows_all_fail_alone_is_one_error(client):
     with pytest.raises(DefinitionError, match="no row of the first 1 renders: no field 'x'"):
         feeder.start()
     assert client.calls == []
+
+
+class ColdClient:
+    """Parts go in at once; the events say ``queued`` for the first ``cold_reads`` reads (the
+    hosts are starting), then every pending job starts and ends."""
+
+    def __init__(self, cold_reads: int) -> None:
+        self.cold_reads, self.reads = cold_reads, 0
+        self.parts_while_cold = 0
+        self.jobs: list[str] = []
+        self.seq = 0
+
+    def _part(self, plan: Any) -> Part:
+        ids = tuple(f"j{len(self.jobs) + n}" for n in range(len(plan)))
+        self.jobs += ids
+        if self.reads < self.cold_reads:
+            self.parts_while_cold += 1
+        return Part("b_cold", ids)
+
+    def submit(self, plan: Any, open: bool = False) -> Part:
+        return self._part(plan)
+
+    def extend(self, plan: Any, last: bool = False) -> Part:
+        return self._part(plan)
+
+    def close_batch(self, batch_id: str) -> bool:
+        return True
+
+    def events(self, target: Any = None, **query: Any) -> Any:
+        self.reads += 1
+        kinds = ["queued"] if self.reads <= self.cold_reads else ["started", "result"]
+        events = [
+            {"subagent_run_id": j, "event": {"type": k, "record": {"key": j}}}
+            for j in self.jobs[query["cursor"] :]
+            for k in kinds
+        ]
+        if self.reads <= self.cold_reads:
+            return {"events": events, "cursor": query["cursor"]}
+        return {"events": events, "cursor": len(self.jobs)}
+
+    def job_block(self, job_ids: Sequence[str], wait_seconds: float | None = None) -> Any:
+        return {"done": False, "jobs": []}
+
+    def job_result(self, job_id: str) -> dict[str, Any]:
+        raise AssertionError("every end came with its event")
+
+    def cancel_many(self, ids: Sequence[str]) -> int:
+        return 0
+
+
+def test_only_the_first_part_goes_in_until_a_job_has_begun_on_a_host():
+    cold = ColdClient(cold_reads=4)
+    plan = lambda rows, batch_id, first: [k for k, _ in rows]  # noqa: E731
+    feeder = Feeder(Counted(3000), plan, cold, agent="a", ahead=1000, poll_s=0, sweep_s=3600)
+    ended = [e.record["key"] for e in feeder.run()]
+    assert cold.parts_while_cold == 1  # planning more would only slow the hosts' start
+    assert len(ended) == 3000 and feeder.parts == 3000 // feeder.slice_rows + 1

@@ -40,12 +40,14 @@ def rows_file(tmp_path: Path, n: int = 5) -> Path:
     return data
 
 
-def prepare(tmp_path: Path, prompt: str = "Say {{ input.x }}", **req: Any) -> InputsRun:
+def prepare(
+    tmp_path: Path, prompt: str = "Say {{ input.x }}", count_later: bool = False, **req: Any
+) -> InputsRun:
     spool_dir = tmp_path / "spool"
     spool_dir.mkdir(exist_ok=True)
     return InputsRun(
         InputsRequest(**req), planner(tmp_path, prompt), agent="general-purpose",
-        config=CONFIG, spool_dir=spool_dir,
+        config=CONFIG, spool_dir=spool_dir, count_later=count_later,
     )  # fmt: skip
 
 
@@ -136,4 +138,35 @@ def test_rows_to_run_are_the_limited_rows_less_those_done(tmp_path_factory, n, l
     taken = range(min(n, limit or n))
     expected = [f"k{i}" for i in taken if i not in done]
     assert run.to_run == len(expected) and [r.key for r in run.rows()] == expected
+    run.close()
+
+
+def test_counted_later_a_duplicate_key_is_raised_by_wait_counted_and_the_count_kept(tmp_path):
+    data = rows_file(tmp_path, 300)
+    with data.open("a") as f:
+        f.write(json.dumps({"id": "k7", "x": 7}) + "\n")
+    run = prepare(tmp_path, inputs=str(data), key="id", count_later=True)
+    with pytest.raises(UsageError, match="k7"):
+        run.wait_counted()
+    assert run.counted
+    run.wait_counted()  # said once
+
+    ok = prepare(tmp_path, inputs=str(rows_file(tmp_path, 300)), key="id", count_later=True)
+    assert ok.to_run == ok.total == 300 and ok.counted
+
+
+def test_counted_later_a_first_slice_that_renders_no_row_is_still_said_at_once(tmp_path):
+    with pytest.raises(ClonefleetError):
+        prepare(
+            tmp_path, "{{ input.missing.deep }}", inputs=str(rows_file(tmp_path)), count_later=True
+        )
+
+
+def test_with_records_in_out_the_rows_are_counted_at_once_even_when_asked_later(tmp_path):
+    out = tmp_path / "out.jsonl"
+    out.write_text(record("k0", True))
+    run = prepare(
+        tmp_path, inputs=str(rows_file(tmp_path)), key="id", out=str(out), count_later=True
+    )
+    assert run.counted and run.to_run == 4 and run.total == 5
     run.close()

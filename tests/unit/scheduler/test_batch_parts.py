@@ -38,10 +38,15 @@ submission = partial(make_submission, restarts=2, checkpoint_s=0.0)
 
 
 def part_of(core: SchedulerCore, batch_id: str, count: int, **kw: Any) -> BatchSubmission:
-    """``count`` more test clones for batch ``batch_id`` (fresh job ids)."""
+    """``count`` more test clones for batch ``batch_id`` (fresh job ids, clone indices after
+    the batch's: the simulated provider keeps a clone's script by batch and index)."""
     sub = make_submission(core, count, **kw)
     core.table.release_ids([s.job_id for s in sub.specs])
-    specs = tuple(replace(s, batch_id=batch_id) for s in sub.specs)
+    batch = core.table.batch(batch_id)
+    after = len(batch.job_ids) if batch is not None else 0
+    specs = tuple(
+        replace(s, batch_id=batch_id, clone_index=after + s.clone_index) for s in sub.specs
+    )
     return replace(sub, batch_id=batch_id, specs=specs)
 
 
@@ -347,3 +352,65 @@ def test_folding_a_batch_and_its_parts_gives_every_job_each_from_its_own_part(si
         assert [s.job_id for s in kept.specs] == [s.job_id for s in part.specs]
     for number, start, end in table.grown.get(batch, []):
         assert table.batches[batch][start:end] == [s.job_id for s in parts[number].specs]
+
+
+async def test_parts_fill_the_batch_s_hosts_instead_of_starting_new_ones():
+    hosts = LocalHosts()
+    core = SchedulerCore(hosts, cpus=2)
+    first = await core.submit(make_submission(core, 3, script=HANG), open=True)
+    batch = first["batch_id"]
+    ids = list(first["job_ids"])
+    for n in (4, 1, 5):  # each part lands on the two hosts of the first, the least busy first
+        ids += (await core.extend(part_of(core, batch, n, script=HANG)))["job_ids"]
+    assert len(hosts.made) == 2
+    per_host = [sum(core.jobs[j].host_id == h.host_id for j in ids) for h in hosts.made]
+    assert sorted(per_host) == [6, 7]
+    await wait_until(lambda: all(core.jobs[j].state is JobState.RUNNING for j in ids))
+    await core.cancel_many([batch])
+    assert (await core.job_block([batch], timeout_seconds=10))["done"]
+    await core.aclose()
+
+
+async def test_parts_with_clones_per_host_fill_each_host_to_it_then_start_new_ones():
+    hosts = LocalHosts()
+    core = SchedulerCore(hosts, cpus=2)
+    first = await core.submit(make_submission(core, 2, script=HANG, per=3), open=True)
+    batch = first["batch_id"]
+    ids = list(first["job_ids"])
+    ids += (await core.extend(part_of(core, batch, 5, script=HANG, per=3)))["job_ids"]
+    per_host = [sum(core.jobs[j].host_id == h.host_id for j in ids) for h in hosts.made]
+    assert per_host == [3, 3, 1]
+    await core.cancel_many([batch])
+    assert (await core.job_block([batch], timeout_seconds=10))["done"]
+    await core.aclose()
+
+
+async def test_a_part_after_the_batch_s_hosts_went_idle_gets_new_hosts():
+    hosts = LocalHosts()
+    core = SchedulerCore(hosts, cpus=2)
+    first = await core.submit(make_submission(core, 2), open=True)
+    batch = first["batch_id"]
+    await wait_until(lambda: all(core.jobs[j].is_terminal for j in first["job_ids"]))
+    await wait_until(lambda: not core.hosts.live())
+    second = await core.extend(part_of(core, batch, 2), last=True)
+    assert (await core.job_block([batch], timeout_seconds=10))["done"]
+    assert {core.jobs[j].state for j in second["job_ids"]} == {JobState.COMPLETED}
+    assert len(hosts.made) == 4
+    await core.aclose()
+
+
+async def test_reading_a_growing_batch_s_events_sees_each_new_part_s_jobs():
+    core = SchedulerCore(InstantHost.factory(2))
+    first = await core.submit(make_submission(core, 2), open=True)
+    batch = first["batch_id"]
+    await wait_until(lambda: all(core.jobs[j].is_terminal for j in first["job_ids"]))
+    page = await core.events(batch, cursor=0, level="lifecycle")
+    assert {e["subagent_run_id"] for e in page["events"]} == set(first["job_ids"])
+    other = await core.submit(make_submission(core, 1))  # another batch's events stay out
+    second = await core.extend(part_of(core, batch, 3), last=True)
+    assert (await core.job_block([batch], timeout_seconds=10))["done"]
+    page = await core.events(batch, cursor=page["cursor"], level="lifecycle")
+    seen = {e["subagent_run_id"] for e in page["events"]}
+    assert seen == set(second["job_ids"])
+    assert not seen & set(other["job_ids"])
+    await core.aclose()
