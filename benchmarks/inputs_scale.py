@@ -14,7 +14,7 @@ Usage::
 
     python benchmarks/inputs_scale.py [--cases rows,start,resume] [--rows 100000]
         [--start-rows 1000000] [--resume-rows 10000] [--kill-at 0.4] [--latency-ms 200]
-        [--resume-max-concurrency N] [--resume-checkpoint-s S] [--resume-no-journal]
+        [--counted-max-concurrency N] [--resume-max-concurrency N] [--resume-checkpoint-s S] [--resume-no-journal]
         [--time-limit-s 1800] [--out benchmarks/results/inputs_scale.json]
 
 Prints a table and writes JSON; exits 1 when a target is missed.
@@ -202,8 +202,13 @@ class Bench:
                 rows = work / "rows.jsonl" if kind == "inputs" else None
                 if rows is not None:
                     write_rows(rows, n)
-                run = Run(self.command(work, rows, n, "out.jsonl"), work, env, kind)
+                cmd = self.command(work, rows, n, "out.jsonl")
+                cap = self.args.counted_max_concurrency if kind == "counted" else None
+                if cap:
+                    cmd += ["--max-concurrency", str(cap)]
+                run = Run(cmd, work, env, kind)
                 result = run.wait(self.args.time_limit_s)
+                result["max_concurrency"] = cap
                 result["records"], result["ok_keys"] = _ok_records(work / "out.jsonl")
                 result["requests"] = (server.stats() or {}).get("requests")
                 out[kind] = result
@@ -331,6 +336,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--start-rows", type=int, default=1_000_000)
     p.add_argument("--resume-rows", type=int, default=10_000)
     p.add_argument("--kill-at", type=float, default=0.4, help="share of records before the kill")
+    p.add_argument(
+        "--counted-max-concurrency",
+        type=int,
+        default=None,
+        help="--max-concurrency of the counted batch of the rows case (an --inputs run keeps "
+        "about 1,000 rows in flight; a counted batch starts every clone at once)",
+    )
     p.add_argument(
         "--resume-max-concurrency", type=int, default=None, help="--max-concurrency of both runs"
     )
