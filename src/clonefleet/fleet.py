@@ -32,7 +32,7 @@ from clonefleet.cluster import (
 from clonefleet.config import Config, load_config
 from clonefleet.control import Seconds
 from clonefleet.errors import ClusterError, IdCollision, UsageError
-from clonefleet.feed import Feeder, ahead_for
+from clonefleet.feed import Feeder, InFlight, ahead_for
 from clonefleet.inputs import Row, RowError
 from clonefleet.planning import BatchPlan as BatchPlan
 from clonefleet.planning import BatchSubmission, RowsPlan, plan_rows
@@ -336,8 +336,10 @@ class Fleet:
         (a number as its JSON text), or its 1-based number without ``key``. A row that is
         neither a mapping nor a string, lacks its key, repeats a key seen before or fails to
         render fails alone. ``options`` are those of :func:`plan_batch` but ``rows`` and
-        ``batch_id``. ``ahead`` is the most rows submitted and not yet ended (default: twice
-        the cap, at least 1,000); the first slice is submitted before this returns.
+        ``batch_id``. ``ahead`` is the number of rows kept submitted and not yet ended; by
+        default as few as keep the rate of ends at its highest, found as rows end, and never
+        more than twice the cap or at least 1,000 (:class:`~clonefleet.feed.InFlight`). The
+        first slice is submitted before this returns.
 
         Repeated keys are found with a 64-bit hash of each key seen (16-32 bytes a key, the
         keys themselves not kept: :class:`~clonefleet.feed.SeenKeys`; two keys sharing a hash
@@ -356,11 +358,13 @@ class Fleet:
             isinstance(ahead, bool) or not isinstance(ahead, int) or ahead < 1
         ):
             raise UsageError(f"ahead must be a whole number of 1 or more, got {ahead!r}")
+        inflight = None
         if ahead is None:
             cap = options.get("max_concurrency") or self.list_jobs(limit=1)["capacity"].get(
                 "max_concurrency"
             )
             ahead = ahead_for(cap)
+            inflight = InFlight(ahead)
 
         def plan(rows: Sequence[tuple[str, Any]], batch_id: str | None, first: int) -> RowsPlan:
             return plan_rows(
@@ -383,6 +387,7 @@ class Fleet:
             ahead=ahead,
             check_keys=not unique_keys,
             source="inputs",
+            inflight=inflight,
         )
         feeder.start()
         return MapBatch(feeder)

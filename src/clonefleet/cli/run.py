@@ -417,6 +417,7 @@ def _run_inputs(args: argparse.Namespace, config: Any) -> int:
     # whose GCS port may change over a `cluster down` and `up` (its journal does not).
     given = args.address or os.environ.get("RAY_ADDRESS") or None
     resume = _Resume(ledger, run_fingerprint(_identity(args)), given)
+    config = _checkpoint_every_turn(args, config)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="clonefleet-run-") as folder:
         prepared: Any = None
@@ -444,6 +445,23 @@ def _run_inputs(args: argparse.Namespace, config: Any) -> int:
             stop = as_interrupted(exc)
             print(interrupted_line(stop), file=sys.stderr)
             return stop.exit_status
+
+
+def _checkpoint_every_turn(args: argparse.Namespace, config: Any) -> Any:
+    """An ``--inputs`` run with ``--out`` ships each clone's checkpoint after every turn
+    (``durability.checkpoint_interval_s`` 0) unless the config sets the interval: a killed run
+    is resumed from its journal, and a turn whose checkpoint waited for the interval would be
+    asked of the model again (docs/inputs.md, "Resuming")."""
+    durability = config.durability
+    if (
+        not args.out
+        or args.detach
+        or not durability.enabled
+        or "checkpoint_interval_s" in durability.model_fields_set
+    ):
+        return config
+    every_turn = durability.model_copy(update={"checkpoint_interval_s": 0.0})
+    return config.model_copy(update={"durability": every_turn})
 
 
 def _identity(args: argparse.Namespace) -> dict[str, Any]:
@@ -613,7 +631,7 @@ def _feed_rows(
     if args.detach:
         return _submit_rows(args, prepared, fleet, run, resume, adopted)
     cap = args.max_concurrency or config.limits.max_concurrency
-    feeder = prepared.feeder(fleet, ahead_for(cap), adopted=adopted)
+    feeder = prepared.feeder(fleet, ahead_for(cap), adopted=adopted, adaptive=True)
     feeder.start()
     submitted = time.monotonic()
     run.batch_id = feeder.batch_id

@@ -11,6 +11,7 @@ from typing import Any, Protocol, Unpack
 
 from clonefleet.control import EventPage, EventQuery, Target
 from clonefleet.errors import ClonefleetError, DefinitionError, UnknownJobError, UsageError
+from clonefleet.feed._inflight import Limiter
 from clonefleet.feed._resume import Adopted
 from clonefleet.feed._seen_keys import SeenKeys
 from clonefleet.inputs import Row, RowError
@@ -138,6 +139,10 @@ class Feeder:
         client: the :class:`FeedClient`.
         agent: the definition's name (for the records of rows that fail without running).
         ahead: most rows submitted but not ended at once (:func:`ahead_for`).
+        inflight: a :class:`~clonefleet.feed.Limiter` (an :class:`~clonefleet.feed.InFlight`)
+            whose limit (never above ``ahead``)
+            is the number of rows kept submitted and not ended, told of each row that ends;
+            ``None`` keeps ``ahead`` rows in flight.
         slice_rows: rows planned together as one part (default :func:`slice_for`).
         check_keys: give a row whose key was seen before a failed record (keeps a 64-bit
             hash of each key seen, 16-32 bytes a key: :class:`SeenKeys`).
@@ -173,12 +178,14 @@ class Feeder:
         clock: Callable[[], float] = time.monotonic,
         adopted: Adopted | None = None,
         follow: bool = True,
+        inflight: Limiter | None = None,
     ) -> None:
         if ahead < 1:
             raise ValueError(f"ahead must be 1 or more, got {ahead}")
         self._rows: Iterator[Row | RowError] = iter(rows)
         self._plan, self._client, self.agent = plan, client, agent
         self.ahead = ahead
+        self.inflight = inflight
         self.slice_rows = max(1, min(slice_rows or slice_for(ahead), ahead))
         self._seen = SeenKeys() if check_keys else None
         self.source, self.poll_s, self.sweep_s = source, poll_s, sweep_s
@@ -255,7 +262,7 @@ class Feeder:
         """
         if not self._started:
             self._started = True
-            self._early = list(self._slice(first=True))
+            self._early = list(self._slice(min(self.slice_rows, self.limit), first=True))
 
     def run(self) -> Iterator[Ended]:
         """Submit rows and yield each row's end, until every row read has ended (or, after
@@ -288,20 +295,38 @@ class Feeder:
         finally:
             self._finish()
 
+    @property
+    def limit(self) -> int:
+        """The most rows kept submitted and not ended now (:attr:`inflight`'s limit, else
+        :attr:`ahead`)."""
+        if self.inflight is None:
+            return self.ahead
+        return max(1, min(self.ahead, self.inflight.limit))
+
     def _fill(self) -> Iterator[Ended]:
-        """Read and submit slices while there is room; yields the rows that fail alone."""
+        """Read and submit slices while there is room; yields the rows that fail alone.
+
+        A part is a slice; under an :attr:`inflight` limit, what room there is once that is a
+        slice or a quarter of the limit (so a limit below a slice still fills, in parts of a few
+        rows)."""
         while not self._cancelled.is_set() and not self._exhausted:
-            if self.ahead - len(self._pending) < self.slice_rows:
+            limit = self.limit
+            room = min(self.slice_rows, limit - len(self._pending))
+            least = self.slice_rows
+            if self.inflight is not None:
+                least = max(1, min(self.slice_rows, limit // 4))
+            if room < least:
                 return
             if self._pending and not self._warm:
                 return
-            yield from self._slice()
+            yield from self._slice(room)
 
-    def _slice(self, first: bool = False) -> Iterator[Ended]:
-        """Read up to one slice of rows and submit those that are good; yields the others."""
+    def _slice(self, size: int | None = None, first: bool = False) -> Iterator[Ended]:
+        """Read up to ``size`` rows (a slice) and submit those that are good; yields the
+        others."""
         good: list[tuple[str, Any]] = []
         lines: dict[str, int] = {}
-        for _ in range(self.slice_rows):
+        for _ in range(size or self.slice_rows):
             row = self._take()
             if row is None:
                 break
@@ -447,6 +472,9 @@ class Feeder:
             self._quiet_since = now
             self._warm = True  # whatever the events said: the rest may go in
             ended.extend((job, None) for job in self._ended_by_state())
+        if self.inflight is not None:
+            if ran := sum(1 for job_id, _ in ended if job_id in self._pending):
+                self.inflight.ended(ran)
         for job_id, record in ended:
             if job_id not in self._pending:
                 continue

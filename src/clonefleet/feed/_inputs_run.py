@@ -15,6 +15,7 @@ from typing import Any
 from clonefleet.config import Config
 from clonefleet.errors import ClonefleetError, DefinitionError
 from clonefleet.feed._feeder import FeedClient, Feeder, Planner, slice_for
+from clonefleet.feed._inflight import InFlight
 from clonefleet.feed._resume import Adopted
 from clonefleet.inputs import (
     Row,
@@ -253,10 +254,12 @@ class InputsRun:
         *,
         adopted: Adopted | None = None,
         follow: bool = True,
+        adaptive: bool = False,
     ) -> Feeder:
         """The :class:`Feeder` of this run's rows (the keys were checked by the count pass),
         collecting the jobs of ``adopted`` for the rows it has; ``follow=False`` only submits
-        (a detached run)."""
+        (a detached run). ``adaptive`` keeps as few of the ``ahead`` rows in flight as keep
+        the rate of ends at its highest (:class:`InFlight`)."""
         return Feeder(
             self.rows(),
             self._plan,
@@ -268,6 +271,7 @@ class InputsRun:
             poll_s=poll_s,
             adopted=adopted,
             follow=follow,
+            inflight=InFlight(ahead) if adaptive else None,
         )
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clonefleet.errors import DefinitionError
-from clonefleet.feed import Feeder, ahead_for, failed_record, slice_for
+from clonefleet.feed import Feeder, InFlight, ahead_for, failed_record, slice_for
 from clonefleet.inputs import Row, RowError
 from clonefleet.planning import BatchSubmission
 from clonefleet.scheduler import SchedulerCore
@@ -145,6 +145,46 @@ def test_twenty_thousand_rows_stream_through_one_batch_with_bounded_rows_held(cl
     assert client.firsts == list(range(0, 20_000, feeder.slice_rows))  # numbered in the batch
     assert client._run(client.core.remaining([feeder.batch_id])) == 0
     assert len(client._run(client.core.expand([feeder.batch_id]))) == 20_000
+
+
+class Limits:
+    """An :class:`InFlight` stand-in whose limit follows a script: one value for each row
+    that ends (the last kept)."""
+
+    def __init__(self, script: list[int]) -> None:
+        self.script, self.limit, self.ends = script, script[0], 0
+
+    def ended(self, n: int = 1) -> None:
+        self.ends += n
+        self.limit = self.script[min(self.ends, len(self.script) - 1)]
+
+
+def test_rows_in_flight_follow_the_limiter_below_a_slice_and_up_to_ahead(client):
+    rows = Counted(3000)
+    # 40 rows in flight (under a slice of 256), then 900, then 100 again.
+    limits = Limits([40] * 500 + [900] * 1500 + [100])
+    feeder = Feeder(rows, client.plan, client, agent="a", ahead=1000, poll_s=0.02,
+                    inflight=limits)  # fmt: skip
+    early_most = 0
+    keys = []
+    for ended in feeder.run():
+        keys.append(ended.record["key"])
+        if limits.ends < 500:
+            early_most = max(early_most, len(feeder._pending))
+    assert sorted(keys, key=int) == [str(i) for i in range(1, 3001)]
+    assert 0 < early_most <= 40  # never more rows in flight than the limit asked for
+    assert client.firsts[0] == 0 and client.firsts[1] <= 40  # the first part fits the limit
+    assert 500 < feeder.peak_held <= 900  # the limit of 900 was filled, never passed
+
+
+def test_an_adaptive_feeder_runs_every_row_and_keeps_its_limit(client):
+    limiter = InFlight(500, start=16, floor=8, min_window_s=0.0, warmup=1)
+    feeder = Feeder(Counted(4000), client.plan, client, agent="a", ahead=500, poll_s=0.02,
+                    inflight=limiter)  # fmt: skip
+    keys = [e.record["key"] for e in feeder.run()]
+    assert sorted(keys, key=int) == [str(i) for i in range(1, 4001)]
+    assert limiter.windows > 0
+    assert feeder.peak_held <= limiter.peak <= 500
 
 
 def test_a_bad_row_or_a_duplicate_key_fails_alone_without_running(client):
