@@ -141,8 +141,9 @@ class Feeder:
         ahead: most rows submitted but not ended at once (:func:`ahead_for`).
         inflight: a :class:`~clonefleet.feed.Limiter` (an :class:`~clonefleet.feed.InFlight`)
             whose limit (never above ``ahead``)
-            is the number of rows kept submitted and not ended, told of each row that ends;
-            ``None`` keeps ``ahead`` rows in flight.
+            is the number of rows kept submitted and not ended, told of each row that ends
+            (the seconds from its submission to its end, on ``clock``); ``None`` keeps
+            ``ahead`` rows in flight.
         slice_rows: rows planned together as one part (default :func:`slice_for`).
         check_keys: give a row whose key was seen before a failed record (keeps a 64-bit
             hash of each key seen, 16-32 bytes a key: :class:`SeenKeys`).
@@ -195,6 +196,8 @@ class Feeder:
         self.batch_id: str | None = None
         self._pending: dict[str, tuple[str, Any]] = {}
         """Job id -> (key, row data) of every job submitted and not yet ended."""
+        self._sent_at: dict[str, float] = {}
+        """Job id -> when it was submitted (``clock()``), for :attr:`inflight`."""
         self._next: Row | RowError | None = None
         self._exhausted = False
         self._closed = False
@@ -428,8 +431,11 @@ class Feeder:
         self.parts += 1
         self.submitted += len(rows)
         if self._collecting:
+            now = self._clock()
             for job_id, row in zip(part.job_ids, rows, strict=True):
                 self._pending[job_id] = row
+                if self.inflight is not None:
+                    self._sent_at[job_id] = now
 
     def _sort_out(
         self, rows: list[tuple[str, Any]], start: int
@@ -472,9 +478,12 @@ class Feeder:
             self._quiet_since = now
             self._warm = True  # whatever the events said: the rest may go in
             ended.extend((job, None) for job in self._ended_by_state())
-        if self.inflight is not None:
-            if ran := sum(1 for job_id, _ in ended if job_id in self._pending):
-                self.inflight.ended(ran)
+        if self.inflight is not None and ended:
+            sent = self._sent_at
+            # Adopted jobs were not submitted by this run: their times say nothing.
+            took = [now - sent.pop(job) for job, _ in ended if job in sent]
+            if took:
+                self.inflight.ended(took)
         for job_id, record in ended:
             if job_id not in self._pending:
                 continue

@@ -1,39 +1,48 @@
-"""How many rows a feeder keeps running: the fewest that keep the rate of ends at its highest.
+"""How many rows a feeder keeps running: about as many as the fleet serves without queueing.
 
 Rows in flight cost what a rate does not show: each holds a provider slot, a clone's memory and
 a request that a killed run loses. Past the point where the fleet (its CPUs, the provider's rate
-limit, a concurrency cap) is busy, more rows only wait longer, so :class:`InFlight` probes for
-that point instead of keeping a fixed number in flight (docs/inputs.md, "Rows in flight"):
+limit, a concurrency cap) is busy, more rows only wait, and each row takes longer from its
+submission to its end. :class:`InFlight` watches that time (docs/inputs.md, "Rows in flight"):
 
-- it starts at ``start`` and doubles while each doubling raises the rate of ends by more than
-  ``gain`` (a share);
-- once a doubling does not, it goes back to the limit before it and holds there, probing now
-  and then: a quarter fewer rows, kept when the rate holds within ``gain`` of the limit's own
-  (measured just before; when it rises by more, as out of an overload, a quarter fewer again at
-  once), and a quarter more, kept (and doubling again) when the rate rises by more than
-  ``gain``. Each probe that fails doubles the windows held before the next one (up to
-  ``MAX_HOLD_WINDOWS``), so a limit that is right costs few probes.
+- the *base* time is the shortest a window's rows have taken on average, the time of a row
+  that waits for nothing (the mean, not the median: rows that wait for a host or a provider
+  slot are a tail a median does not see, and by Little's law the mean is the rows in flight
+  over the rate of ends);
+- while a window's rows take less than ``1 + headroom`` times the base, nothing waits: the limit
+  doubles (until the first queue is seen), then grows by a quarter;
+- once they take more than ``1 + queueing`` times the base, rows wait: the limit goes to what
+  the rate measured needs at the base time (Little's law: rate times base time) plus
+  ``headroom``, never less than half of it at once;
+- in between, it holds;
+- a cut that did not shorten the rows' time (still over ``1 + queueing`` times the base, and
+  no less than ``1 - headroom`` of the time before it) found no queue: the rows themselves got
+  heavier (a dataset's later rows), so that time is the base from then on and the limit goes
+  back to what it was.
 
-A rate is measured over a *window*: from one change of the limit, as many ends as the limit
-(every slot turned over once, whatever a row takes: a fraction of a second against a fast
-simulated model, minutes against a real one) and at least ``min_window_s``. The window just
-after a change is not judged (the rows of the old limit are still ending), nor are the first
-``warmup`` windows (hosts starting, prompt caches filling).
+A window is as many ends as half the limit (at least 16) and at least ``min_window_s``: each
+time is a mean over many rows, whatever a row takes (half a second against a fast simulated
+model, minutes against a real one). The window just after a change is not judged (its rows ran
+under the old limit), nor are the first ``warmup`` windows (hosts starting, caches filling).
 
-Pure: no Ray, no threads; the feeder calls :meth:`InFlight.ended` as rows end.
+Pure: no Ray, no threads; the feeder calls :meth:`InFlight.ended` with the times of the rows
+that ended.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Callable
-from enum import Enum
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 __all__ = ["InFlight", "Limiter"]
 
-MAX_HOLD_WINDOWS = 16
-"""The most windows held between two probes (after probes that failed)."""
+HISTORY = 256
+"""Windows kept in :attr:`InFlight.history`."""
+MIN_WINDOW_ENDS = 16
+"""The fewest ends a window is measured over."""
 
 
 class Limiter(Protocol):
@@ -42,31 +51,23 @@ class Limiter(Protocol):
     limit: int
     """The most rows to keep submitted and not ended now."""
 
-    def ended(self, n: int = 1) -> None:
-        """Note ``n`` rows that ended."""
+    def ended(self, seconds: Sequence[float]) -> None:
+        """Note rows that ended, each with the seconds from its submission to its end."""
         ...
 
 
-class _Phase(Enum):
-    WARMUP = "warmup"
-    GROW = "grow"
-    HOLD = "hold"
-    PROBE_DOWN = "probe-down"
-    PROBE_UP = "probe-up"
-
-
 class InFlight:
-    """The limit on rows submitted and not ended, adjusted from the rate at which they end.
+    """The limit on rows submitted and not ended, from the time rows take to end.
 
     Args:
         ceiling: the most rows ever in flight (the feeder's ``ahead``).
-        start: the first limit (at most ``ceiling``).
-        floor: the fewest rows the limit goes down to (at most ``ceiling``).
-        gain: the share by which a rate must rise to count as higher (and may fall while
-            counting as holding).
-        min_window_s: the shortest window a rate is measured over.
-        warmup: windows at the start whose rates are not judged.
-        hold_windows: windows measured at a held limit between two probes.
+        start: the first limit (within ``floor`` and ``ceiling``).
+        floor: the fewest rows the limit goes down to.
+        headroom: the share over the base time below which nothing is taken to wait, and the
+            share of rows over what the rate needs kept when the limit is cut.
+        queueing: the share over the base time past which rows are taken to wait.
+        min_window_s: the shortest window.
+        warmup: windows at the start that are not judged.
         clock: monotonic seconds (injected in tests).
     """
 
@@ -76,135 +77,95 @@ class InFlight:
         *,
         start: int = 128,
         floor: int = 32,
-        gain: float = 0.1,
+        headroom: float = 0.2,
+        queueing: float = 0.5,
         min_window_s: float = 0.5,
         warmup: int = 2,
-        hold_windows: int = 2,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if ceiling < 1:
             raise ValueError(f"ceiling must be 1 or more, got {ceiling}")
+        if not 0 < headroom < queueing:
+            raise ValueError(f"need 0 < headroom < queueing, got {headroom} and {queueing}")
         self.ceiling = ceiling
         self.floor = max(1, min(floor, ceiling))
         self.limit = max(self.floor, min(start, ceiling))
-        self.gain, self.min_window_s = gain, min_window_s
-        self.hold_windows = max(1, hold_windows)
+        self.headroom, self.queueing = headroom, queueing
+        self.min_window_s = min_window_s
         self._clock = clock
-        self._phase = _Phase.WARMUP if warmup > 0 else _Phase.GROW
         self._warmup_left = warmup
         self._window_start: float | None = None
-        self._window_ends = 0
+        self._times: list[float] = []
         self._settling = False
         """Whether the window under way follows a change of the limit (not judged)."""
-        self._held = self.limit
-        """The limit last held (where a probe goes back to)."""
-        self._held_rate = 0.0
-        """The rate measured at :attr:`_held` (what a probe or a doubling is judged against)."""
-        self._since_probe = 0
-        self._hold_for = self.hold_windows
-        """Windows to hold before the next probe (doubled by each probe that fails)."""
-        self._next_probe = _Phase.PROBE_DOWN
+        self._slow_start = True
+        """Doubling until rows are first seen to wait."""
+        self._cut_from: tuple[int, float] | None = None
+        """``(limit, mean seconds)`` before the latest cut, until the window after it."""
+        self.base_s: float | None = None
+        """The base time: the shortest mean time of a window's rows (or the time a cut
+        did not shorten)."""
         self.windows = 0
         """Windows measured so far."""
         self.peak = self.limit
         """The highest limit so far."""
+        self.history: deque[tuple[float, int, float, float, str]] = deque(maxlen=HISTORY)
+        """The latest windows: ``(clock time at its end, the limit it ran under, its rate of
+        ends a second, its rows' mean seconds, what was made of it)``."""
 
-    @property
-    def phase(self) -> str:
-        """What the limiter is doing: ``warmup``, ``grow``, ``hold``, ``probe-down`` or
-        ``probe-up``."""
-        return self._phase.value
-
-    def ended(self, n: int = 1) -> None:
-        """Note ``n`` rows that ended (the first call starts the first window)."""
+    def ended(self, seconds: Sequence[float]) -> None:
+        """Note rows that ended, each with the seconds from its submission to its end (the
+        first call starts the first window)."""
         now = self._clock()
         if self._window_start is None:
             self._window_start = now
-        self._window_ends += n
+        self._times.extend(seconds)
         elapsed = now - self._window_start
-        if self._window_ends < self.limit or elapsed < self.min_window_s:
+        if len(self._times) < max(MIN_WINDOW_ENDS, self.limit // 2) or elapsed < self.min_window_s:
             return
-        rate = self._window_ends / elapsed if elapsed > 0 else float("inf")
+        rate = len(self._times) / elapsed if elapsed > 0 else float("inf")
+        mean = statistics.fmean(self._times)
+        self._window_start, self._times = now, []
         self.windows += 1
-        self._window_start, self._window_ends = now, 0
-        if self._settling:
-            self._settling = False
-            return
-        self._judge(rate)
+        limit = self.limit
+        verdict = self._judge(rate, mean)
+        self.history.append((now, limit, rate, mean, verdict))
         self.peak = max(self.peak, self.limit)
 
     def _set(self, limit: int) -> None:
         limit = max(self.floor, min(self.ceiling, limit))
-        self._settling = self._settling or limit != self.limit
+        if limit != self.limit:
+            self._settling = True
         self.limit = limit
 
-    def _hold(self, limit: int, rate: float, *, failed: bool = False) -> None:
-        self._phase = _Phase.HOLD
-        self._held, self._held_rate = limit, rate
-        self._set(limit)
-        self._since_probe = 0
-        if failed:
-            self._hold_for = min(MAX_HOLD_WINDOWS, self._hold_for * 2)
-        else:
-            self._hold_for = self.hold_windows
-
-    def _judge(self, rate: float) -> None:
-        """Move the limit on from the rate of the window just measured at it."""
-        rose = rate > self._held_rate * (1 + self.gain)
-        held_up = rate >= self._held_rate * (1 - self.gain)
-        match self._phase:
-            case _Phase.WARMUP:
-                self._warmup_left -= 1
-                self._held, self._held_rate = self.limit, rate
-                if self._warmup_left <= 0:
-                    self._phase = _Phase.GROW
-                    self._set(self.limit * 2)
-            case _Phase.GROW:
-                if rose and self.limit < self.ceiling:
-                    self._held, self._held_rate = self.limit, rate
-                    self._set(self.limit * 2)
-                elif rose:  # at the ceiling: nothing more to try
-                    self._hold(self.limit, rate)
-                else:  # the doubling bought nothing: back to the limit before it
-                    self._hold(self._held, self._held_rate)
-            case _Phase.HOLD:
-                self._held_rate = rate  # the held limit's rate now, to judge the next probe by
-                self._since_probe += 1
-                if self._since_probe >= self._hold_for:
-                    self._probe()
-            case _Phase.PROBE_DOWN:
-                if rose:  # faster with fewer rows (an overload): fewer again at once
-                    self._hold(self.limit, rate)
-                    self._next_probe = _Phase.PROBE_DOWN
-                    self._probe()
-                elif held_up:  # as fast with fewer rows: keep the fewer
-                    self._hold(self.limit, rate)
-                    self._next_probe = _Phase.PROBE_DOWN
-                else:
-                    self._hold(self._held, self._held_rate, failed=True)
-                    self._next_probe = _Phase.PROBE_UP
-            case _Phase.PROBE_UP:
-                if rose:  # more rows ran faster: grow again from here
-                    self._held, self._held_rate = self.limit, rate
-                    self._phase = _Phase.GROW
-                    self._hold_for = self.hold_windows
-                    self._set(self.limit * 2)
-                else:
-                    self._hold(self._held, self._held_rate, failed=True)
-                    self._next_probe = _Phase.PROBE_DOWN
-
-    def _probe(self) -> None:
-        """Try a quarter fewer rows or a quarter more (taking turns; one that cannot move
-        gives way to the other)."""
-        down = max(self.floor, (self.limit * 3) // 4)
-        up = min(self.ceiling, self.limit + max(1, self.limit // 4))
-        phase = self._next_probe
-        if phase is _Phase.PROBE_DOWN and down == self.limit:
-            phase = _Phase.PROBE_UP
-        if phase is _Phase.PROBE_UP and up == self.limit:
-            phase = _Phase.PROBE_DOWN if down != self.limit else _Phase.HOLD
-        if phase is _Phase.HOLD:
-            self._since_probe = 0
-            return
-        self._phase = phase
-        self._set(down if phase is _Phase.PROBE_DOWN else up)
+    def _judge(self, rate: float, mean: float) -> str:
+        """Move the limit on from the rate and mean time of the window just measured;
+        returns what was made of it."""
+        if self._warmup_left > 0:
+            self._warmup_left -= 1
+            return "warmup"
+        if self.base_s is None or mean < self.base_s:
+            self.base_s = mean
+        if self._settling:
+            self._settling = False
+            return "settle"
+        ratio = mean / self.base_s if self.base_s > 0 else 1.0
+        cut_from, self._cut_from = self._cut_from, None
+        if (
+            cut_from is not None
+            and ratio > 1 + self.queueing
+            and mean >= cut_from[1] * (1 - self.headroom)
+        ):
+            self.base_s = mean  # no queue was cut: the rows take longer now
+            self._set(cut_from[0])
+            return "rebase"
+        if ratio <= 1 + self.headroom:
+            self._set(self.limit * 2 if self._slow_start else self.limit + max(1, self.limit // 4))
+            return "grow"
+        if ratio <= 1 + self.queueing:
+            return "hold"
+        self._slow_start = False
+        needed = rate * self.base_s * (1 + self.headroom)
+        self._cut_from = (self.limit, mean)
+        self._set(max(self.limit // 2, round(needed)))
+        return "cut"

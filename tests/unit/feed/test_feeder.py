@@ -154,8 +154,9 @@ class Limits:
     def __init__(self, script: list[int]) -> None:
         self.script, self.limit, self.ends = script, script[0], 0
 
-    def ended(self, n: int = 1) -> None:
-        self.ends += n
+    def ended(self, seconds: Sequence[float]) -> None:
+        assert all(s >= 0 for s in seconds)
+        self.ends += len(seconds)
         self.limit = self.script[min(self.ends, len(self.script) - 1)]
 
 
