@@ -18,12 +18,16 @@ submission to its end. :class:`InFlight` watches that time (docs/inputs.md, "Row
 - a cut that did not shorten the rows' time (still over ``1 + queueing`` times the base, and
   no less than ``1 - headroom`` of the time before it) found no queue: the rows themselves got
   heavier (a dataset's later rows), so that time is the base from then on and the limit goes
-  back to what it was.
+  back to what it was;
+- after ``probe_every`` windows without a shorter time, it halves the limit for one window to
+  measure the base again, then goes back (a fleet busy from the start, whose rows all waited,
+  would otherwise never show the base).
 
 A window is as many ends as half the limit (at least 16) and at least ``min_window_s``: each
 time is a mean over many rows, whatever a row takes (half a second against a fast simulated
 model, minutes against a real one). The window just after a change is not judged (its rows ran
-under the old limit), nor are the first ``warmup`` windows (hosts starting, caches filling).
+under the old limit), nor are the first ``warmup`` windows, nor more while each window's time
+falls by a fifth or more (hosts starting, caches filling), up to :data:`MAX_WARMUP`.
 
 Pure: no Ray, no threads; the feeder calls :meth:`InFlight.ended` with the times of the rows
 that ended.
@@ -43,6 +47,8 @@ HISTORY = 256
 """Windows kept in :attr:`InFlight.history`."""
 MIN_WINDOW_ENDS = 16
 """The fewest ends a window is measured over."""
+MAX_WARMUP = 8
+"""The most windows at the start that are not judged."""
 
 
 class Limiter(Protocol):
@@ -67,7 +73,8 @@ class InFlight:
             share of rows over what the rate needs kept when the limit is cut.
         queueing: the share over the base time past which rows are taken to wait.
         min_window_s: the shortest window.
-        warmup: windows at the start that are not judged.
+        warmup: windows at the start that are not judged (more while the time falls).
+        probe_every: windows without a shorter time after which the base is measured again.
         clock: monotonic seconds (injected in tests).
     """
 
@@ -81,6 +88,7 @@ class InFlight:
         queueing: float = 0.5,
         min_window_s: float = 0.5,
         warmup: int = 2,
+        probe_every: int = 30,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if ceiling < 1:
@@ -94,6 +102,12 @@ class InFlight:
         self.min_window_s = min_window_s
         self._clock = clock
         self._warmup_left = warmup
+        self._warmup_mean: float | None = None
+        self.probe_every = probe_every
+        self._unrefreshed = 0
+        """Windows since the base time was last lowered or probed."""
+        self._probe_from: int | None = None
+        """The limit to go back to after the probe under way."""
         self._window_start: float | None = None
         self._times: list[float] = []
         self._settling = False
@@ -138,17 +152,42 @@ class InFlight:
             self._settling = True
         self.limit = limit
 
+    def _warming(self, mean: float) -> bool:
+        """Whether the window is one of the warm-up's: the first ``warmup``, and after them
+        while each window's time is a fifth or more under the one before (at most
+        :data:`MAX_WARMUP` in all)."""
+        if self._warmup_left < 0:
+            return False  # over for good
+        before, self._warmup_mean = self._warmup_mean, mean
+        if self._warmup_left > 0:
+            self._warmup_left -= 1
+            return True
+        if before is not None and mean < 0.8 * before and self.windows <= MAX_WARMUP:
+            return True
+        self._warmup_left = -1
+        return False
+
     def _judge(self, rate: float, mean: float) -> str:
         """Move the limit on from the rate and mean time of the window just measured;
         returns what was made of it."""
-        if self._warmup_left > 0:
-            self._warmup_left -= 1
+        if self._warming(mean):
             return "warmup"
+        self._unrefreshed += 1
         if self.base_s is None or mean < self.base_s:
+            if self.base_s is None or mean < self.base_s * (1 - self.headroom / 4):
+                self._unrefreshed = 0  # a base found anew, not a window a shade shorter
             self.base_s = mean
         if self._settling:
             self._settling = False
             return "settle"
+        if self._probe_from is not None:  # the probe's window measured: back to the limit
+            self._set(self._probe_from)
+            self._probe_from, self._cut_from = None, None
+            return "probed"
+        if self._unrefreshed >= self.probe_every and self.limit > self.floor:
+            self._probe_from, self._unrefreshed = self.limit, 0
+            self._set(self.limit // 2)
+            return "probe"
         ratio = mean / self.base_s if self.base_s > 0 else 1.0
         cut_from, self._cut_from = self._cut_from, None
         if (
