@@ -698,12 +698,15 @@ def _submit_rows(
 ) -> int:
     """``--inputs --detach``: submit every row to the cluster (the rows an earlier run of the
     command submitted are skipped), print the batch id and return; 0 when every row went in."""
+    from clonefleet.feed import DEFAULT_AHEAD
+
     say = _say(args)
     if adopted is not None and not adopted.open:
         say(f"batch {adopted.batch_id} has every row already (an earlier run closed it)")
         _print_detached(args, adopted.batch_id, 0, len(adopted.jobs), 0)
         return EXIT_OK
-    feeder = prepared.feeder(fleet, ahead=1, adopted=adopted, follow=False)
+    # Nothing is kept per job; `ahead` only sizes the parts (a slice each, not a row each).
+    feeder = prepared.feeder(fleet, ahead=DEFAULT_AHEAD, adopted=adopted, follow=False)
     feeder.start()
     run.batch_id = feeder.batch_id
     if feeder.batch_id is not None:

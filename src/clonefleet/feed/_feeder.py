@@ -144,7 +144,8 @@ class Feeder:
             is the number of rows kept submitted and not ended, told of each row that ends
             (the seconds from its submission to its end, on ``clock``); ``None`` keeps
             ``ahead`` rows in flight.
-        slice_rows: rows planned together as one part (default :func:`slice_for`).
+        slice_rows: rows planned together as one part (default :func:`slice_for`; at most
+            ``ahead`` when following the jobs).
         check_keys: give a row whose key was seen before a failed record (keeps a 64-bit
             hash of each key seen, 16-32 bytes a key: :class:`SeenKeys`).
         source: what the rows come from, named in the records of rows that fail
@@ -187,7 +188,9 @@ class Feeder:
         self._plan, self._client, self.agent = plan, client, agent
         self.ahead = ahead
         self.inflight = inflight
-        self.slice_rows = max(1, min(slice_rows or slice_for(ahead), ahead))
+        self.slice_rows = max(1, slice_rows or slice_for(ahead))
+        if follow:  # a slice is never more than the rows kept in flight
+            self.slice_rows = min(self.slice_rows, ahead)
         self._seen = SeenKeys() if check_keys else None
         self.source, self.poll_s, self.sweep_s = source, poll_s, sweep_s
         self._clock = clock
@@ -265,7 +268,8 @@ class Feeder:
         """
         if not self._started:
             self._started = True
-            self._early = list(self._slice(min(self.slice_rows, self.limit), first=True))
+            size = min(self.slice_rows, self.limit) if self._collecting else self.slice_rows
+            self._early = list(self._slice(size, first=True))
 
     def run(self) -> Iterator[Ended]:
         """Submit rows and yield each row's end, until every row read has ended (or, after

@@ -23,7 +23,7 @@ submission to its end. :class:`InFlight` watches that time (docs/inputs.md, "Row
   measure the base again, then goes back (a fleet busy from the start, whose rows all waited,
   would otherwise never show the base).
 
-A window is as many ends as half the limit (at least 16) and at least ``min_window_s``: each
+A window is as many ends as the limit (at least 16: each slot turned over once) and at least ``min_window_s``: each
 time is a mean over many rows, whatever a row takes (half a second against a fast simulated
 model, minutes against a real one). The window just after a change is not judged (its rows ran
 under the old limit), nor are the first ``warmup`` windows, nor more while each window's time
@@ -84,8 +84,8 @@ class InFlight:
         *,
         start: int = 128,
         floor: int = 32,
-        headroom: float = 0.2,
-        queueing: float = 0.5,
+        headroom: float = 0.1,
+        queueing: float = 0.4,
         min_window_s: float = 0.5,
         warmup: int = 2,
         probe_every: int = 30,
@@ -135,7 +135,7 @@ class InFlight:
             self._window_start = now
         self._times.extend(seconds)
         elapsed = now - self._window_start
-        if len(self._times) < max(MIN_WINDOW_ENDS, self.limit // 2) or elapsed < self.min_window_s:
+        if len(self._times) < max(MIN_WINDOW_ENDS, self.limit) or elapsed < self.min_window_s:
             return
         rate = len(self._times) / elapsed if elapsed > 0 else float("inf")
         mean = statistics.fmean(self._times)

@@ -145,12 +145,12 @@ def test_the_limit_stays_within_floor_and_ceiling(ceiling, start, floor):
     assert all(min(floor, ceiling) <= n <= ceiling for n in limits)
 
 
-def test_a_window_is_half_the_limit_in_ends_and_half_a_second():
+def test_a_window_is_as_many_ends_as_the_limit_and_half_a_second():
     clock = FakeClock()
     limiter = InFlight(1000, start=100, warmup=0, clock=clock)
     limiter.ended([])  # starts the first window
     clock.advance(0.1)
-    limiter.ended([0.4] * 60)  # enough ends, too soon
+    limiter.ended([0.4] * 120)  # enough ends, too soon
     assert limiter.windows == 0
     clock.advance(0.5)
     limiter.ended([0.4])
@@ -158,7 +158,7 @@ def test_a_window_is_half_the_limit_in_ends_and_half_a_second():
     assert limiter.base_s == 0.4
     assert limiter.limit == 200  # nothing waits: doubled
     clock.advance(10)
-    limiter.ended([0.4] * 99)  # fewer ends than half the limit: the window goes on
+    limiter.ended([0.4] * 199)  # fewer ends than the limit: the window goes on
     assert limiter.windows == 1
 
 
@@ -172,17 +172,17 @@ def test_each_verdict_in_turn():
         return limiter.history[-1][-1]
 
     limiter.ended([])
-    assert window(2.0, 50) == "warmup"  # hosts starting: not judged, nor a base time
-    assert window(0.5, 50) == "warmup"  # a quarter of the time before: still warming up
+    assert window(2.0, 100) == "warmup"  # hosts starting: not judged, nor a base time
+    assert window(0.5, 100) == "warmup"  # a quarter of the time before: still warming up
     assert limiter.base_s is None and limiter.limit == 100
-    assert window(0.5, 50) == "grow" and limiter.limit == 200  # doubled
-    assert window(0.5, 100) == "settle" and limiter.limit == 200
-    assert window(0.7, 100) == "hold" and limiter.limit == 200  # 1.4 times the base
-    # Twice the base time: rows wait. 200 a second at 0.5 s needs 100 rows, plus 20%.
-    assert window(1.0, 200) == "cut" and limiter.limit == 120
-    assert window(0.5, 60) == "settle"
-    assert window(0.5, 60) == "grow" and limiter.limit == 150  # no longer doubling: a quarter
-    assert [h[1] for h in limiter.history] == [100, 100, 100, 200, 200, 200, 120, 120]
+    assert window(0.5, 100) == "grow" and limiter.limit == 200  # doubled
+    assert window(0.5, 200) == "settle" and limiter.limit == 200
+    assert window(0.65, 200) == "hold" and limiter.limit == 200  # 1.3 times the base
+    # Twice the base time: rows wait. 200 a second at 0.5 s needs 100 rows, plus 10%.
+    assert window(1.0, 200) == "cut" and limiter.limit == 110
+    assert window(0.5, 110) == "settle"
+    assert window(0.5, 110) == "grow" and limiter.limit == 137  # no longer doubling: a quarter
+    assert [h[1] for h in limiter.history] == [100, 100, 100, 200, 200, 200, 110, 110]
 
 
 def test_a_cut_at_most_halves_the_limit():
@@ -190,12 +190,33 @@ def test_a_cut_at_most_halves_the_limit():
     limiter = InFlight(1000, start=400, warmup=0, clock=clock)
     limiter.ended([])
     clock.advance(1)
-    limiter.ended([0.5] * 200)  # the base
+    limiter.ended([0.5] * 400)  # the base
     clock.advance(1)
-    limiter.ended([0.5] * 400)  # settling after the doubling to 800
-    clock.advance(100)
-    limiter.ended([5.0] * 400)  # ten times the base at 4 a second: needs 2.4 rows
+    limiter.ended([0.5] * 800)  # settling after the doubling to 800
+    clock.advance(200)
+    limiter.ended([5.0] * 800)  # ten times the base at 4 a second: needs 2.2 rows
     assert limiter.limit == 400
+
+
+def test_a_cut_that_finds_no_queue_makes_that_time_the_base():
+    clock = FakeClock()
+    limiter = InFlight(1000, start=100, warmup=0, clock=clock)
+    limiter.ended([])
+    for took, n in [(0.5, 100), (0.5, 200), (0.5, 200)]:  # the base, settle, then doubled
+        clock.advance(1)
+        limiter.ended([took] * n)
+    assert limiter.limit == 400
+    clock.advance(1)
+    limiter.ended([0.5] * 400)  # settling
+    clock.advance(2)
+    limiter.ended([1.0] * 400)  # rows twice as heavy: cut (200 a second x 0.5 s x 1.1)
+    assert limiter.history[-1][-1] == "cut" and limiter.limit == 200
+    clock.advance(2)
+    limiter.ended([1.0] * 200)  # settling
+    clock.advance(2)
+    limiter.ended([1.0] * 200)  # as slow with half the rows: no queue was cut
+    assert limiter.history[-1][-1] == "rebase"
+    assert limiter.limit == 400 and limiter.base_s == 1.0
 
 
 def test_bad_arguments():

@@ -190,6 +190,7 @@ def test_a_detached_feeder_submits_everything_and_keeps_nothing(client) -> None:
     )  # fmt: skip
     assert list(feeder.submit_all()) == []
     assert feeder.submitted == 2500 and feeder._pending == {}
+    assert feeder.parts == 5  # a slice a part, however few rows it follows
     listing = client._run(client.core.list_jobs(batch=feeder.batch_id))
     assert listing["totals"]["batches"][feeder.batch_id]["open"] is False
     assert listing["totals"]["batches"][feeder.batch_id]["jobs"] == 2500
