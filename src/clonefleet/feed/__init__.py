@@ -19,6 +19,7 @@ from clonefleet.feed._feeder import failed_record as failed_record
 from clonefleet.feed._feeder import slice_for as slice_for
 from clonefleet.feed._inflight import InFlight as InFlight
 from clonefleet.feed._inflight import Limiter as Limiter
+from clonefleet.feed._inflight import Span as Span
 from clonefleet.feed._inputs_run import InputsRequest as InputsRequest
 from clonefleet.feed._inputs_run import InputsRun as InputsRun
 from clonefleet.feed._resume import Adopted as Adopted
@@ -43,6 +44,7 @@ __all__ = [
     "Planner",
     "RunLedger",
     "SeenKeys",
+    "Span",
     "adopt",
     "ahead_for",
     "failed_record",

@@ -142,8 +142,8 @@ class Feeder:
         inflight: a :class:`~clonefleet.feed.Limiter` (an :class:`~clonefleet.feed.InFlight`)
             whose limit (never above ``ahead``)
             is the number of rows kept submitted and not ended, told of each row that ends
-            (the seconds from its submission to its end, on ``clock``); ``None`` keeps
-            ``ahead`` rows in flight.
+            (when it was submitted and when it ended, on ``clock``); ``None`` keeps ``ahead``
+            rows in flight.
         slice_rows: rows planned together as one part (default :func:`slice_for`; at most
             ``ahead`` when following the jobs).
         check_keys: give a row whose key was seen before a failed record (keeps a 64-bit
@@ -485,9 +485,9 @@ class Feeder:
         if self.inflight is not None and ended:
             sent = self._sent_at
             # Adopted jobs were not submitted by this run: their times say nothing.
-            took = [now - sent.pop(job) for job, _ in ended if job in sent]
-            if took:
-                self.inflight.ended(took)
+            spans = [(sent.pop(job), now) for job, _ in ended if job in sent]
+            if spans:
+                self.inflight.ended(spans)
         for job_id, record in ended:
             if job_id not in self._pending:
                 continue

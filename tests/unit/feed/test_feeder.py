@@ -154,9 +154,9 @@ class Limits:
     def __init__(self, script: list[int]) -> None:
         self.script, self.limit, self.ends = script, script[0], 0
 
-    def ended(self, seconds: Sequence[float]) -> None:
-        assert all(s >= 0 for s in seconds)
-        self.ends += len(seconds)
+    def ended(self, spans: Sequence[tuple[float, float]]) -> None:
+        assert all(end >= sent for sent, end in spans)
+        self.ends += len(spans)
         self.limit = self.script[min(self.ends, len(self.script) - 1)]
 
 
