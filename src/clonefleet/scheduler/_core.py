@@ -345,6 +345,9 @@ class SchedulerCore:
         try:
             # Placement first: once started, a quick host may finish and be gone.
             node = await self._placed_node(host)
+            specs = [s for s in specs if not self.table.jobs[s.job_id].is_terminal]
+            if not specs:  # stopped while the host waited for a node
+                return
             await host.start(specs, meta.config, meta.sim_script, resume or None)
         except _NotPlaced:  # Ray did not place it within cluster.host_wait_s
             self._unplaced(host, specs, meta)

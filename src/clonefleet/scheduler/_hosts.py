@@ -142,6 +142,13 @@ class HostPool:
         """Whether the host needs no wait for a node: it asked for nothing, or it started."""
         return host.host_id not in self._asks or host.host_id in self._placed
 
+    def drop_if_unused(self, host: HostCalls) -> None:
+        """Close a host still waiting for a node once none of its jobs is unfinished (they were
+        all stopped), so its demand on the cluster ends."""
+        if not self.is_placed(host) and self._open.get(host.host_id, 0) <= 0:
+            self._dead.add(host.host_id)
+            self._spawn(host.close())
+
     def placed(self, host: HostCalls) -> None:
         """The host that asked for resources has started on a node."""
         if host.host_id in self._asks:

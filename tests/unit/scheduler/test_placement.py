@@ -259,3 +259,19 @@ async def test_a_host_placed_late_still_runs_its_clones_and_nothing_is_given_up(
     await wait_until(lambda: all(s is JobState.COMPLETED for s in _states(core, sub["job_ids"])))
     assert core.hosts.placement.given_up == 0 and all(h.started for h in asking.made)
     await core.aclose()
+
+
+async def test_jobs_waiting_for_a_host_are_cancelled_at_once_and_the_host_withdrawn():
+    settings = ClusterConfig(autoscale="on", max_clones_per_host=2, host_wait_s=30)
+    core, _, asking = _core(settings)
+    sub = await core.submit(make_submission(core, 4))
+    ids = sub["job_ids"]
+    await asyncio.sleep(0.05)
+    status = await asyncio.wait_for(core.job_cancel(ids[0]), 2)
+    assert status["status"] == "cancelled"
+    assert not asking.made[0].closed  # its other job still waits for it
+    await asyncio.wait_for(core.cancel_many([sub["batch_id"]]), 2)
+    assert _states(core, ids) == [JobState.CANCELLED] * 4
+    await wait_until(lambda: all(h.closed for h in asking.made))  # no demand left behind
+    assert all(not h.started for h in asking.made) and core.hosts.placement.given_up == 0
+    await core.aclose()
