@@ -212,3 +212,60 @@ def test_a_batch_grows_the_cluster_and_it_shrinks_after(tmp_path: Path):
         head.wait(timeout=10)
         log.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+FIXED = r"""
+import json, sys, time
+import ray
+from clonefleet import Fleet
+from clonefleet.cluster import NAMESPACE, SCHEDULER_NAME
+from clonefleet.config import Config
+
+# 10 s: time for a placed host's process to start on a busy machine, not for a node to come.
+config = Config(cluster={"autoscale": "on", "max_clones_per_host": 1, "host_wait_s": 10})
+fleet = Fleet(config=config, num_cpus=2)  # embedded: a fixed cluster of one node, 2 CPUs
+began = time.monotonic()
+from clonefleet.providers import SimScript
+# 12 s a clone: the hosts that got the CPUs hold them past the other hosts' 10 s of waiting.
+script = SimScript.from_data({"default": [{"text": "done", "latency_ms": 12000}]})
+batch = fleet.spawn("general-purpose", "fixed", count=6, sim_script=script)
+while fleet.remaining([batch.batch_id]) and time.monotonic() - began < 90:
+    time.sleep(0.05)
+out = {"done_s": time.monotonic() - began}
+out["jobs"] = [
+    {"status": j["status"], "host": j.get("host")}
+    for j in fleet.list_jobs(batch=batch.batch_id)["jobs"]
+]
+health = ray.get(ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE).health.remote(), timeout=30)
+out["given_up"] = health["hosts_given_up"]
+print("RESULT " + json.dumps(out), flush=True)
+fleet.close()
+"""
+
+
+def test_on_a_cluster_that_cannot_grow_hosts_are_given_up_and_the_batch_still_runs(tmp_path):
+    env = {
+        **os.environ,
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "CLONEFLEET_STATE_DIR": str(tmp_path / "state"),
+    }
+    env.pop("RAY_ADDRESS", None)
+    driver = subprocess.run(
+        [sys.executable, "-c", FIXED],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    lines = [line for line in driver.stdout.splitlines() if line.startswith("RESULT ")]
+    assert driver.returncode == 0 and lines, driver.stderr[-3000:]
+    out = json.loads(lines[-1].removeprefix("RESULT "))
+    print(json.dumps(out))  # noqa: T201 (the figures, with -s)
+    assert [j["status"] for j in out["jobs"]] == ["completed"] * 6, out
+    # 6 hosts of 1 wanted: 2 warm ones (asking for nothing) and 4 asking for a CPU, of which
+    # the 2 CPUs hold 2; the other 2 were given up after 10 s and their clones packed.
+    assert out["given_up"] == 2, out
+    assert len({j["host"] for j in out["jobs"]}) == 4, out
+    assert 12 <= out["done_s"] < 90, out
