@@ -268,7 +268,7 @@ class SchedulerCore:
     def _per_host(self, count: int) -> int:
         """Clones per new host for ``count`` jobs when the batch does not say: from the
         cluster's CPUs and nodes, at most ``cluster.max_clones_per_host`` while hosts ask for
-        resources (:class:`~clonefleet.scheduler._placement.Placement`)."""
+        resources (:class:`~clonefleet.planning.Placement`)."""
         cap = self.hosts.placement.cap()
         return choose_clones_per_actor(count, self.cpus, self.nodes, cap)
 
