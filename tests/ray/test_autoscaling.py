@@ -3,7 +3,8 @@ and the cluster shrinks back once the batch is done.
 
 The cluster is Ray's own fake multi-node autoscaler (``fake_multinode`` in Ray's autoscaler
 package): a head started with ``ray start --head --autoscaling-config``, whose autoscaler starts
-and stops worker nodes as processes on this machine. Everything is on 127.0.0.1, with token
+and stops worker nodes as processes on this machine. (Autoscaler v1: Ray's wheel lacks the fake provider's
+``example.yaml`` that v2 reads its defaults from.) Everything is on 127.0.0.1, with token
 authentication, in a session of its own that the test ends (and a folder it removes), also on
 failure. The batch runs in a driver subprocess, which also watches the nodes.
 """
