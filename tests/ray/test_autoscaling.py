@@ -203,7 +203,9 @@ def test_a_batch_grows_the_cluster_and_it_shrinks_after(tmp_path: Path):
         print(json.dumps(out))  # noqa: T201 (the figures, with -s)
         assert out["before"] == 0
         assert [j["status"] for j in out["jobs"]] == ["completed"] * COUNT, out
-        assert out["most"] == 2, out  # two hosts waited for a node each
+        # Two hosts waited for a node each (a third node, should the autoscaler have counted a
+        # host the head then took, would run nothing).
+        assert 2 <= out["most"] <= 3, out
         assert len({j["node"] for j in out["jobs"]}) == 3, out  # the head and both new nodes
         assert out["pending_events"] >= 1 or out["grown_s"] < 5, out
         assert out["health"] == {"autoscaled": True, "hosts_given_up": 0}, out
