@@ -200,7 +200,9 @@ class Fleet:
             else durability.journal_dir
         )
         self.journal_dir: str | None = str(folder) if session.embedded and folder else None
-        handle = get_or_create_scheduler(cap, journal_dir=folder, durability=durability)
+        handle = get_or_create_scheduler(
+            cap, journal_dir=folder, durability=durability, cluster=self.config.cluster
+        )
         self._attach(handle, session, wait=ray_wait, clock=time.monotonic, sleep=time.sleep)
         start_s = self.call_timeout_s if existed else max(self.call_timeout_s, START_TIMEOUT_S)
         start_s = max(start_s - (self._clock() - begun), MIN_FIRST_CALL_S)

@@ -330,6 +330,9 @@ class EventType(StrEnum):
     MESSAGE_UNDELIVERED = "message_undelivered"
     RESTARTED = "restarted"
     """The job's clone host died and the clone was started again from its last checkpoint."""
+    HOST_PENDING = "host_pending"
+    """The job's clone host asks the cluster for resources no node has free yet (an autoscaler
+    may be adding a node); the clone starts when the host does (docs/cluster.md, "Capacity")."""
     BUDGET = "budget"
     """The scheduler saw its batch's usage pass the batch's budget (on the job whose usage did)."""
     RESULT = "result"
@@ -358,6 +361,7 @@ _LIFECYCLE = frozenset(
         EventType.MESSAGE_UNDELIVERED,
         EventType.COMPACTION,
         EventType.RESTARTED,
+        EventType.HOST_PENDING,
         EventType.BUDGET,
     }
 )

@@ -239,6 +239,8 @@ class Tally:
         """The fleet's rate-limit rows as last read (docs/json.md, "Rate limits")."""
         self.rate_limited: Counter[str] = Counter()
         """The batch's requests a provider refused for its rate, by ``provider/model``."""
+        self.waiting: set[str] = set()
+        """Jobs whose clone host waits for a node (``host_pending``; docs/cluster.md)."""
 
     @property
     def total(self) -> int:
@@ -255,7 +257,7 @@ class Tally:
 
     @property
     def queued(self) -> int:
-        return max(self.total - self.done - len(self.running), 0)
+        return max(self.total - self.done - len(self.running) - len(self.waiting), 0)
 
     @property
     def elapsed_s(self) -> float:
@@ -267,11 +269,14 @@ class Tally:
         return [self.records[j] for j in self.job_ids if j in self.records]
 
     def counts_text(self, sep: str = ", ") -> str:
-        """``running 5, queued 0, failed 1, 3.2/s, ETA 0:04, elapsed 0:12``."""
+        """``running 5, queued 0, failed 1, 3.2/s, ETA 0:04, elapsed 0:12`` (with ``waiting for
+        a node N`` after ``queued`` while hosts wait for the cluster to grow)."""
         rate = self.rate.per_s()
+        waiting = (f"waiting for a node {len(self.waiting):,}",) if self.waiting else ()
         parts = (
             f"running {len(self.running):,}",
             f"queued {self.queued:,}",
+            *waiting,
             f"failed {self.failed:,}",
             f"{'-' if rate is None else f'{rate:,.1f}'}/s",
             f"ETA {clock_text(self.rate.eta_s(self.total - self.done))}",
@@ -665,6 +670,9 @@ class Watcher:
                 view.progress(note)
         elif kind == EventType.STARTED and job not in tally.records:
             tally.running.add(job)  # once, though a restarted clone starts again
+            tally.waiting.discard(job)
+        elif kind == EventType.HOST_PENDING and job not in tally.records:
+            tally.waiting.add(job)
         elif kind == EventType.ERROR:
             tally.details[job] = _one_line(str(event.get("detail") or ""), 500)
         elif kind == EventType.RATE_LIMITED:
@@ -675,6 +683,7 @@ class Watcher:
     def _ended(self, job: str, record: dict[str, Any]) -> None:
         tally = self.tally
         tally.running.discard(job)
+        tally.waiting.discard(job)
         tally.records[job] = record
         for write in self.writers:
             write(record)

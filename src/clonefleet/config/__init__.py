@@ -33,6 +33,7 @@ from clonefleet.config._permissions import PermissionsConfig as PermissionsConfi
 from clonefleet.config._schema import ANTHROPIC_BASE_URL as ANTHROPIC_BASE_URL
 from clonefleet.config._schema import ANTHROPIC_KEY_ENV as ANTHROPIC_KEY_ENV
 from clonefleet.config._schema import AdmissionConfig as AdmissionConfig
+from clonefleet.config._schema import ClusterConfig as ClusterConfig
 from clonefleet.config._schema import Config as Config
 from clonefleet.config._schema import ConfigSource as ConfigSource
 from clonefleet.config._schema import DiscoveryConfig as DiscoveryConfig
@@ -70,6 +71,7 @@ __all__ = [
     "ANTHROPIC_BASE_URL",
     "ANTHROPIC_KEY_ENV",
     "BoundedSafeLoader",
+    "ClusterConfig",
     "Config",
     "ConfigSource",
     "DiscoveryConfig",

@@ -5,6 +5,7 @@ subagents, and the embedded defaults used when no file exists (provider ``sim``,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -24,6 +25,7 @@ _STRICT = ConfigDict(frozen=True, extra="forbid")
 __all__ = [
     "AdmissionConfig",
     "ANTHROPIC_BASE_URL",
+    "ClusterConfig",
     "ANTHROPIC_KEY_ENV",
     "Config",
     "ConfigSource",
@@ -204,6 +206,39 @@ class DurabilityConfig(BaseModel):
     """Events the scheduler keeps in memory; older ones are read from the journal."""
 
 
+class ClusterConfig(BaseModel):
+    """How clone hosts ask a Ray cluster for room, so an autoscaler grows it for a big batch
+    and shrinks it after (docs/cluster.md, "Capacity"). Read when the scheduler is created."""
+
+    model_config = _STRICT
+    autoscale: Literal["auto", "on", "off"] = "auto"
+    """Whether busy clone hosts ask Ray for ``host_resources``: ``auto`` when a node of the
+    cluster was started by an autoscaler's node type (it carries Ray's ``ray.io/node-group``
+    label: the cluster launcher, KubeRay), ``on`` always, ``off`` never (each host then asks for
+    nothing and goes to a node that exists, round-robin)."""
+    host_resources: dict[str, float] = Field(default_factory=lambda: {"CPU": 1.0})
+    """What each busy clone host asks Ray for (``CPU``, ``GPU``, ``memory`` in bytes, or a
+    custom resource of the node types), when it asks."""
+    max_clones_per_host: int = Field(default=500, ge=1)
+    """Most clones a host asking for resources holds (unless ``clones_per_actor`` says): a
+    batch of N clones wants at least N / this many hosts, which is what makes it grow the
+    cluster."""
+    host_wait_s: float = Field(default=600.0, gt=0.0, le=86_400.0, allow_inf_nan=False)
+    """How long a host asking for resources may wait for Ray to place it; then its clones go
+    to the hosts that run, and new hosts ask for nothing for as long again."""
+
+    @model_validator(mode="after")
+    def _check_resources(self) -> ClusterConfig:
+        for name, amount in self.host_resources.items():
+            if not name or not name.strip():
+                raise ValueError("cluster.host_resources: a resource needs a name")
+            if not math.isfinite(amount) or amount <= 0:
+                raise ValueError(
+                    f"cluster.host_resources.{name} must be a number above 0, got {amount!r}"
+                )
+        return self
+
+
 class DiscoveryConfig(BaseModel):
     """Where definitions and skills are looked up besides the built-in places."""
 
@@ -246,6 +281,8 @@ class Config(BaseModel):
     """Fleet-wide admission against providers' rate limits (docs/rate-limits.md)."""
     discovery: DiscoveryConfig = DiscoveryConfig()
     durability: DurabilityConfig = DurabilityConfig()
+    cluster: ClusterConfig = ClusterConfig()
+    """How clone hosts ask the Ray cluster for room (docs/cluster.md, "Capacity")."""
     permissions: PermissionsConfig = PermissionsConfig()
     """Allow and deny rules for every clone and its subagents (docs/permissions.md)."""
     web: WebConfig = WebConfig()

@@ -1,7 +1,7 @@
 """What a project's config asks for that only trust allows: a project's ``.clonefleet/config.yaml``
 may not add a network provider, change a provider's ``base_url`` or ``api_key_env``, add an MCP
-server, set a simulation script, ``web`` or ``durability.journal_dir`` unless its folder is in the
-trust records (``clonefleet trust``, :mod:`._trust_records`; docs/config.md).
+server, set a simulation script, ``web``, ``cluster`` or ``durability.journal_dir`` unless its folder
+is in the trust records (``clonefleet trust``, :mod:`._trust_records`; docs/config.md).
 
 :func:`config_needs` lists what a project's config asks for that only trust allows, as
 :class:`TrustNeed` rows; the loader refuses an untrusted file with the first one, and
@@ -45,8 +45,8 @@ class TrustKind(StrEnum):
     SCRIPT = "script"
     """A simulation script: it plays the model, so it picks every tool call (``shell`` too)."""
     SETTING = "setting"
-    """``web.*`` (where ``web_fetch`` goes, what ``web_search`` runs) or
-    ``durability.journal_dir`` (where the scheduler writes)."""
+    """``web.*`` (where ``web_fetch`` goes, what ``web_search`` runs), ``cluster`` (what clone
+    hosts ask the cluster for) or ``durability.journal_dir`` (where the scheduler writes)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,7 +134,8 @@ def mcp_need(
 
 def config_needs(config: Config, own: Config | None = None) -> list[TrustNeed]:
     """Everything a project's config asks for that only trust allows, in the order the loader
-    checks them: ``durability.journal_dir``, ``web``, MCP servers, providers, simulation scripts.
+    checks them: ``durability.journal_dir``, ``web``, ``cluster``, MCP servers, providers, simulation
+    scripts.
 
     Pure: ``own`` is the user's own config (the built-in defaults plus their global file; default
     the built-in defaults), against which providers, MCP servers and scripts are compared. The
@@ -171,6 +172,20 @@ def config_needs(config: Config, own: Config | None = None) -> list[TrustNeed]:
                     f"{whose} is not trusted: it sets {web_key}, which says where web_fetch may "
                     "send requests and what web_search runs; a project's config may not set "
                     f"`web` until you trust its folder: run `{trust}`"
+                ),
+            )
+        )
+    if config.cluster != own.cluster:
+        needs.append(
+            TrustNeed(
+                file=file,
+                key="cluster",
+                kind=TrustKind.SETTING,
+                target="cluster",
+                message=(
+                    f"{whose} is not trusted: it sets `cluster`, which says what each clone "
+                    "host asks the Ray cluster for (an autoscaler adds nodes for it); a "
+                    f"project's config may not set it until you trust its folder: run `{trust}`"
                 ),
             )
         )

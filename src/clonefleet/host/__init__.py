@@ -7,12 +7,14 @@ Importing this package does not import Ray; ``clonefleet.host.remote`` holds the
 from clonefleet.host._core import HostCore as HostCore
 from clonefleet.host._model_pool import ProviderPool as ProviderPool
 from clonefleet.host._model_pool import is_gated as is_gated
+from clonefleet.host._protocol import AskingHostFactory as AskingHostFactory
 from clonefleet.host._protocol import HostCalls as HostCalls
 from clonefleet.host._protocol import HostFactory as HostFactory
 from clonefleet.host._protocol import PlacedHost as PlacedHost
 from clonefleet.host._protocol import WatchedHost as WatchedHost
 
 __all__ = [
+    "AskingHostFactory",
     "HostCalls",
     "HostCore",
     "HostFactory",

@@ -18,7 +18,7 @@ from clonefleet.config import Config
 from clonefleet.control import JobControl
 from clonefleet.providers import SimScript
 
-__all__ = ["HostCalls", "HostFactory", "PlacedHost", "WatchedHost"]
+__all__ = ["AskingHostFactory", "HostCalls", "HostFactory", "PlacedHost", "WatchedHost"]
 
 
 class HostCalls(Protocol):
@@ -85,3 +85,7 @@ class WatchedHost(Protocol):
 HostFactory = Callable[[str, JobControl], HostCalls]
 """Makes a host for ``(host_id, control)``; ``control`` is the in-process job control (the
 scheduler core itself; a Ray-backed host reaches the scheduler actor by name instead)."""
+
+AskingHostFactory = Callable[[str, JobControl, Mapping[str, float]], HostCalls]
+"""Makes a host that asks the cluster for resources (``cluster.host_resources``): for
+``(host_id, control, resources)``. Such a host may wait for a node before it starts."""

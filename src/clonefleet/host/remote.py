@@ -99,8 +99,25 @@ class CloneHostActor:
 
 _HOST_ACTOR = ray.remote(CloneHostActor)
 _HOST_OPTIONS: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 64, "max_restarts": 0}
-"""Every clone host: no CPU reserved (its clones mostly wait on models), many concurrent calls,
-and no restart (a dead host's jobs end as crashed)."""
+"""Every clone host: no CPU reserved unless it asks for resources (its clones mostly wait on
+models), many concurrent calls, and no restart (a dead host's jobs end as crashed)."""
+
+
+def resource_options(resources: Mapping[str, float]) -> dict[str, Any]:
+    """Ray actor options asking for ``resources`` (``cluster.host_resources``): ``CPU``,
+    ``GPU`` and ``memory`` are Ray's own options, any other name a custom resource."""
+    own = {"CPU": "num_cpus", "GPU": "num_gpus", "memory": "memory"}
+    options: dict[str, Any] = {"num_cpus": 0}
+    custom: dict[str, float] = {}
+    for name, amount in resources.items():
+        if name in own:
+            options[own[name]] = int(amount) if name == "memory" else amount
+        else:
+            custom[name] = amount
+    if custom:
+        options["resources"] = custom
+    return options
+
 
 _Call = Callable[[Any], Any]
 """One call on an actor handle: ``lambda actor: actor.method.remote(...)``, returning its ref."""
@@ -192,13 +209,22 @@ class CloneHost:
         self._node: str | None = None
 
     @classmethod
-    def create(cls, host_id: str, *, node_id: str | None = None) -> CloneHost:
+    def create(
+        cls,
+        host_id: str,
+        *,
+        node_id: str | None = None,
+        resources: Mapping[str, float] | None = None,
+    ) -> CloneHost:
         """Start a host actor: on ``node_id`` or not at all (hard affinity: when that node has
-        died the host's calls fail, and the scheduler moves its jobs), else spread."""
+        died the host's calls fail, and the scheduler moves its jobs), else spread. A host
+        asking for ``resources`` is spread wherever they are free, and waits for them (a node
+        an autoscaler adds) when none has them."""
         strategy: Any = "SPREAD"
-        if node_id is not None:
+        if node_id is not None and not resources:
             strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
-        options = {**_HOST_OPTIONS, "scheduling_strategy": strategy}
+        options = {**_HOST_OPTIONS, **resource_options(resources or {})}
+        options["scheduling_strategy"] = strategy
         return cls(_HOST_ACTOR.options(name=None, **options).remote(), host_id)
 
     async def _ask(self, call: _Call) -> Any:

@@ -1,5 +1,6 @@
 """Planning a batch: from (agent, prompt, count, options) to rendered clone specs and the
-submission the scheduler starts, on the caller's machine or on a spawning clone's host.
+submission the scheduler starts, on the caller's machine or on a spawning clone's host; and what
+the scheduler's new clone hosts ask the cluster for (:class:`Placement`).
 """
 
 from clonefleet.planning._batch_plan import BatchPlan as BatchPlan
@@ -21,6 +22,10 @@ from clonefleet.planning._nested import NestedPlan as NestedPlan
 from clonefleet.planning._nested import check_planned as check_planned
 from clonefleet.planning._nested import child_request as child_request
 from clonefleet.planning._nested import fork_of as fork_of
+from clonefleet.planning._placement import NODE_GROUP_LABEL as NODE_GROUP_LABEL
+from clonefleet.planning._placement import PENDING_NOTICE_S as PENDING_NOTICE_S
+from clonefleet.planning._placement import Placement as Placement
+from clonefleet.planning._placement import autoscaled as autoscaled
 from clonefleet.planning._submission import BatchSubmission as BatchSubmission
 from clonefleet.planning._submission import new_batch_id as new_batch_id
 from clonefleet.planning._submission import new_job_id as new_job_id
@@ -30,10 +35,14 @@ __all__ = [
     "BatchRequest",
     "BatchSubmission",
     "Fork",
+    "NODE_GROUP_LABEL",
     "NestedPlan",
+    "PENDING_NOTICE_S",
+    "Placement",
     "PlanOptions",
     "RowFailure",
     "RowsPlan",
+    "autoscaled",
     "check_batch_budget",
     "check_count",
     "check_planned",

@@ -22,8 +22,8 @@ from clonefleet.clone import CloneSpec, state_of
 from clonefleet.config import DurabilityConfig
 from clonefleet.control import Seconds
 from clonefleet.errors import ClusterError, UsageError
-from clonefleet.host import HostCalls, HostFactory
-from clonefleet.planning import BatchSubmission
+from clonefleet.host import AskingHostFactory, HostCalls, HostFactory
+from clonefleet.planning import PENDING_NOTICE_S, BatchSubmission, Placement
 from clonefleet.scheduler._durable import Durable
 from clonefleet.scheduler._events import EventLog, Pulse
 from clonefleet.scheduler._hosts import HostPool, Move, choose_clones_per_actor, node_of
@@ -39,6 +39,10 @@ from clonefleet.vocab import EventType, JobState, Outcome, StopReason, stop_erro
 __all__ = ["BatchSubmission", "SchedulerCore"]
 
 
+class _NotPlaced(Exception):
+    """A host that asked for resources was not placed within ``cluster.host_wait_s``."""
+
+
 class SchedulerCore:
     """Runs the batches of its job table on clone hosts; a :class:`JobControl`.
 
@@ -47,6 +51,9 @@ class SchedulerCore:
         max_concurrency: fleet-wide cap on running jobs (``None`` = none).
         cpus: CPUs of the cluster, for the automatic clones-per-actor choice.
         nodes: nodes of the cluster.
+        placement: what new busy hosts ask the cluster for (``cluster.*``; default nothing).
+        asking_factory: makes a host that asks for resources (``(host_id, control,
+            resources)``); without it no host asks.
     """
 
     def __init__(
@@ -58,6 +65,8 @@ class SchedulerCore:
         nodes: int = 1,
         durable: Durable | None = None,
         durability: DurabilityConfig | None = None,
+        placement: Placement | None = None,
+        asking_factory: AskingHostFactory | None = None,
     ) -> None:
         self.max_concurrency, self.cpus, self.nodes = max_concurrency, cpus, nodes
         self.durable = durable or Durable(None)
@@ -70,8 +79,16 @@ class SchedulerCore:
         self.table = JobTable()
         """Every job and batch (read it freely; it changes only through its methods)."""
         self.hosts = HostPool(
-            host_factory, self, apply=self.apply_event, lost=self._host_died, spawn=self._spawn
+            host_factory,
+            self,
+            apply=self.apply_event,
+            lost=self._host_died,
+            spawn=self._spawn,
+            placement=placement,
+            asking=asking_factory,
         )
+        self._placing: dict[str, asyncio.Task[tuple[bool, str | None]]] = {}
+        """The wait for each host that asks for resources to start (:meth:`_placed_node`)."""
         self.usage = UsageBook(self.table.jobs)
         self._part_hosts: dict[str, list[HostCalls]] = {}
         """A growing batch's hosts, which its next parts fill (:meth:`_bind_part`)."""
@@ -85,7 +102,7 @@ class SchedulerCore:
         """Fired once per batch of job endings (not per event)."""
         self._pump_held = False
         """While set, ending jobs starts no queued ones (see :meth:`paused`)."""
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self.mail = Mailroom(self.table, self.hosts, self.event_log.record, self._spawn)
         self.stops = JobStops(
             self.table,
@@ -107,7 +124,7 @@ class SchedulerCore:
         return self.table.jobs
 
     @property
-    def tasks(self) -> frozenset[asyncio.Task[None]]:
+    def tasks(self) -> frozenset[asyncio.Task[Any]]:
         """The background tasks running now (host starts, drain loops, cancels)."""
         return frozenset(self._tasks)
 
@@ -223,7 +240,7 @@ class SchedulerCore:
         if batch is not None and (batch.open or batch.parts > 1):
             self._bind_part(batch_id, ids, meta.clones_per_actor)
         else:
-            per = meta.clones_per_actor or choose_clones_per_actor(len(ids), self.cpus, self.nodes)
+            per = meta.clones_per_actor or self._per_host(len(ids))
             for start in range(0, len(ids), per):
                 self._bind(self.hosts.acquire(), ids[start : start + per])
         self.table.enqueue(batch_id, ids)
@@ -237,8 +254,8 @@ class SchedulerCore:
         moves = self.hosts.spread(
             self._part_hosts.get(batch_id, ()),
             ids,
-            per_new=per or max(1, -(-len(ids) // spread)),
-            fill_to=per,
+            per_new=per or self._per_host(len(ids)),
+            fill_to=per or self.hosts.placement.cap(),
             at_least=1 if per else spread,
         )
         hosts = {h.host_id: h for h in self._part_hosts.get(batch_id, ()) if self.hosts.is_live(h)}
@@ -247,6 +264,13 @@ class SchedulerCore:
             for job_id in move.job_ids:
                 self.table.jobs[job_id].host_id = move.host.host_id
         self._part_hosts[batch_id] = list(hosts.values())
+
+    def _per_host(self, count: int) -> int:
+        """Clones per new host for ``count`` jobs when the batch does not say: from the
+        cluster's CPUs and nodes, at most ``cluster.max_clones_per_host`` while hosts ask for
+        resources (:class:`~clonefleet.planning.Placement`)."""
+        cap = self.hosts.placement.cap()
+        return choose_clones_per_actor(count, self.cpus, self.nodes, cap)
 
     def forget_batch(self, batch_id: str) -> list[str]:
         """Drop a batch from the table, the host map and the usage ledger (never accepted, or
@@ -320,8 +344,14 @@ class SchedulerCore:
         resume = {s.job_id: checkpoints[s.job_id] for s in specs if s.job_id in checkpoints}
         try:
             # Placement first: once started, a quick host may finish and be gone.
-            node = await node_of(host)
+            node = await self._placed_node(host)
+            specs = [s for s in specs if not self.table.jobs[s.job_id].is_terminal]
+            if not specs:  # stopped while the host waited for a node
+                return
             await host.start(specs, meta.config, meta.sim_script, resume or None)
+        except _NotPlaced:  # Ray did not place it within cluster.host_wait_s
+            self._unplaced(host, specs, meta)
+            return
         except ClusterError as exc:
             self._start_failed(host, specs, meta, tries, exc)
             return
@@ -333,6 +363,103 @@ class SchedulerCore:
         for spec in specs:
             self.table.jobs[spec.job_id].node = node
         self.mail.started(host, ids, resume)
+
+    async def _placed_node(self, host: HostCalls) -> str | None:
+        """The host's node once it has started (``None``: an in-process host). Every start on
+        one host that asked for resources shares one wait.
+
+        Raises:
+            ClusterError: the host is gone.
+            _NotPlaced: it asked for resources and Ray did not place it within
+                ``cluster.host_wait_s``.
+        """
+        if self.hosts.is_placed(host):
+            return await node_of(host)
+        task = self._placing.get(host.host_id)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(self._wait_placed(host))
+            self._placing[host.host_id] = task
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        placed, node = await asyncio.shield(task)
+        if not placed:
+            raise _NotPlaced(host.host_id)
+        return node
+
+    async def _wait_placed(self, host: HostCalls) -> tuple[bool, str | None]:
+        """Wait for a host asking for resources to start; its jobs get a ``host_pending``
+        event after :data:`PENDING_NOTICE_S`. Returns whether it started in time, and its
+        node."""
+        wait_s = self.hosts.placement.wait_s
+        began = time.monotonic()
+        ask = asyncio.ensure_future(node_of(host))
+        try:
+            done, _ = await asyncio.wait({ask}, timeout=min(PENDING_NOTICE_S, wait_s))
+            if not done:
+                self._note_pending(host, wait_s)
+                left = wait_s - (time.monotonic() - began)
+                done, _ = await asyncio.wait({ask}, timeout=max(left, 0.0))
+            if not done:
+                return False, None
+            node = ask.result()
+            self.hosts.placed(host)
+            return True, node
+        finally:
+            ask.cancel()
+            self._placing.pop(host.host_id, None)
+
+    def _note_pending(self, host: HostCalls, wait_s: float) -> None:
+        """Say on each job bound to a host that has not started why it waits."""
+        asked = ", ".join(f"{k}: {v:g}" for k, v in sorted(self.hosts.asks(host).items()))
+        detail = (
+            f"clone host {host.host_id} asks the cluster for {{{asked}}} "
+            "(cluster.host_resources) and no node has that free yet; an autoscaler may be "
+            f"adding one. Its clones start when it does, or on the hosts that run after "
+            f"{wait_s:g}s (cluster.host_wait_s)"
+        )
+        event = {"type": str(EventType.HOST_PENDING), "ts": time.time()}
+        event.update(host=host.host_id, resources=self.hosts.asks(host), detail=detail)
+        for job_id in self.hosts.bound_to(host):
+            rec = self.table.jobs.get(job_id)
+            if rec is not None and not rec.is_terminal:
+                self.event_log.record(job_id, dict(event))
+
+    def _unplaced(self, host: HostCalls, specs: list[CloneSpec], meta: BatchSubmission) -> None:
+        """Ray did not place a host asking for resources in time: the jobs ``specs`` name (the
+        pump started them on it) go to the hosts that run, and start there. The first caller
+        also gives the host up: its queued jobs move too, it is killed (its demand on the
+        cluster ends) and new hosts ask for nothing for a while (:meth:`Placement.unplaced`)."""
+        ids = [
+            s.job_id
+            for s in specs
+            if not self.table.jobs[s.job_id].is_terminal and self.hosts.host_of(s.job_id) is host
+        ]
+        if not self.hosts.is_dead(host):
+            self.hosts.mark_dead(host)
+            self.hosts.placement.unplaced()
+            waiting: dict[str, list[str]] = {}
+            for job_id in self.hosts.bound_to(host):
+                rec = self.table.jobs[job_id]
+                if self.table.is_waiting(job_id):
+                    waiting.setdefault(rec.batch_id, []).append(job_id)
+            for batch_id, queued in waiting.items():
+                self._pack(host, batch_id, queued)
+            self._spawn(host.close())
+        if not ids:
+            return
+        by_id = {s.job_id: s for s in specs}
+        for move in self._pack(host, meta.batch_id, ids):
+            self._spawn(self._start_on(move.host, [by_id[j] for j in move.job_ids], meta))
+
+    def _pack(self, host: HostCalls, batch_id: str, ids: list[str]) -> list[Move]:
+        """Bind jobs of one batch off a host given up on (:meth:`HostPool.pack`)."""
+        planned = len(self.table.batch_job_ids.get(batch_id, ())) or len(ids)
+        per = self._meta(batch_id).clones_per_actor or self._per_host(planned)
+        moves = self.hosts.pack(host, ids, per)
+        for move in moves:
+            for job_id in move.job_ids:
+                self.table.jobs[job_id].host_id = move.host.host_id
+        return moves
 
     def _start_failed(
         self,
@@ -370,7 +497,7 @@ class SchedulerCore:
         """
         meta = self._meta(batch_id)
         planned = len(self.table.batch_job_ids.get(batch_id, ())) or len(ids)
-        per = meta.clones_per_actor or choose_clones_per_actor(planned, self.cpus, self.nodes)
+        per = meta.clones_per_actor or self._per_host(planned)
         capped = meta.max_concurrency is not None or self.max_concurrency is not None
         moves = self.hosts.move(dead, ids, per, None if capped else per)
         for move in moves:

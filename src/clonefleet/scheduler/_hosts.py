@@ -18,7 +18,8 @@ from typing import Any
 
 from clonefleet.control import JobControl
 from clonefleet.errors import ClusterError
-from clonefleet.host import HostCalls, HostFactory, PlacedHost, WatchedHost
+from clonefleet.host import AskingHostFactory, HostCalls, HostFactory, PlacedHost, WatchedHost
+from clonefleet.planning import Placement
 
 __all__ = ["HostPool", "Move", "choose_clones_per_actor", "node_of"]
 
@@ -53,11 +54,14 @@ class Move:
     """Whether ``host`` is a host that ran nothing yet (warm idle or just made), not a busy one."""
 
 
-def choose_clones_per_actor(count: int, cpus: int, nodes: int = 1) -> int:
+def choose_clones_per_actor(count: int, cpus: int, nodes: int = 1, cap: int | None = None) -> int:
     """Clones per host: enough hosts to use every CPU (and every node), few enough that a
-    batch of thousands does not pay a Python process per clone."""
+    batch of thousands does not pay a Python process per clone; at most ``cap`` (hosts that
+    ask the cluster for resources: ``cluster.max_clones_per_host``), so a big batch wants more
+    hosts than the cluster holds and an autoscaler adds nodes."""
     hosts = max(min(count, max(cpus, nodes, 1)), 1)
-    return max(math.ceil(count / hosts), 1)
+    per = max(math.ceil(count / hosts), 1)
+    return per if cap is None else max(min(per, cap), 1)
 
 
 class HostPool:
@@ -71,6 +75,8 @@ class HostPool:
             ``job_ids`` are the jobs it had started (the caller also moves the jobs bound to it
             that never started there, :meth:`move`).
         spawn: runs a coroutine as a background task of the scheduler.
+        placement: what new busy hosts ask the cluster for (default: nothing).
+        asking: makes a host that asks for resources; without it no host asks.
     """
 
     def __init__(
@@ -81,8 +87,16 @@ class HostPool:
         apply: Callable[[str, dict[str, Any]], None],
         lost: Callable[[HostCalls, list[str], str], None],
         spawn: Callable[[Coroutine[Any, Any, None]], None],
+        placement: Placement | None = None,
+        asking: AskingHostFactory | None = None,
     ) -> None:
         self._factory, self._control = factory, control
+        self.placement = placement or Placement()
+        self._asking = asking
+        self._asks: dict[str, dict[str, float]] = {}
+        """What each host that asked the cluster for resources asked for, by id."""
+        self._placed: set[str] = set()
+        """Hosts that asked for resources and have started (Ray placed them)."""
         self._apply, self._lost, self._spawn = apply, lost, spawn
         self._seq = 0
         self.idle: list[HostCalls] = []
@@ -101,16 +115,44 @@ class HostPool:
         self.replaced = 0
         """Idle warm hosts found dead and replaced (for status and tests)."""
 
-    def new_host(self) -> HostCalls:
+    def new_host(self, *, busy: bool = False) -> HostCalls:
+        """A new host; a ``busy`` one (taking jobs now, not kept warm) asks the cluster for
+        what :attr:`placement` says, an idle warm one never does (a warm host holding a CPU
+        would keep its node from ever going idle)."""
         self._seq += 1
-        return self._factory(f"h{self._seq}", self._control)
+        host_id = f"h{self._seq}"
+        resources = self.placement.ask() if busy and self._asking is not None else {}
+        if self._asking is None or not resources:
+            return self._factory(host_id, self._control)
+        self._asks[host_id] = resources
+        return self._asking(host_id, self._control, resources)
 
     def acquire(self) -> HostCalls:
         """A warm idle host when there is one (no process start, imports done), else a new one.
 
         A warm host found dead (see :meth:`_watch`) has already left :attr:`idle`.
         """
-        return self.idle.pop() if self.idle else self.new_host()
+        return self.idle.pop() if self.idle else self.new_host(busy=True)
+
+    def asks(self, host: HostCalls) -> dict[str, float]:
+        """What the host asked the cluster for (empty: nothing)."""
+        return self._asks.get(host.host_id, {})
+
+    def is_placed(self, host: HostCalls) -> bool:
+        """Whether the host needs no wait for a node: it asked for nothing, or it started."""
+        return host.host_id not in self._asks or host.host_id in self._placed
+
+    def drop_if_unused(self, host: HostCalls) -> None:
+        """Close a host still waiting for a node once none of its jobs is unfinished (they were
+        all stopped), so its demand on the cluster ends."""
+        if not self.is_placed(host) and self._open.get(host.host_id, 0) <= 0:
+            self._dead.add(host.host_id)
+            self._spawn(host.close())
+
+    def placed(self, host: HostCalls) -> None:
+        """The host that asked for resources has started on a node."""
+        if host.host_id in self._asks:
+            self._placed.add(host.host_id)
 
     def started(self, host: HostCalls, job_ids: Sequence[str]) -> None:
         """The host accepted these jobs: from now on they run (and die) with it."""
@@ -226,6 +268,17 @@ class HostPool:
         self._open[dead.host_id] -= len(job_ids)
         return self.spread(self.live(), job_ids, per_new=per_new, fill_to=fill_to, at_least=0)
 
+    def pack(self, unplaced: HostCalls, job_ids: Sequence[str], per_new: int) -> list[Move]:
+        """Move unfinished jobs off a host Ray did not place in time (the caller gives it up)
+        onto the busy hosts that run, however many each then holds (each job to the one with
+        the fewest unfinished jobs); only with none running, to new hosts, ``per_new`` each
+        (they ask for nothing while :attr:`placement` is short). Returns where each went."""
+        self._dead.add(unplaced.host_id)
+        self._host_jobs[unplaced.host_id].difference_update(job_ids)
+        self._open[unplaced.host_id] -= len(job_ids)
+        running = [h for h in self.live() if self.is_placed(h)]
+        return self.spread(running, job_ids, per_new=per_new, fill_to=None, at_least=0)
+
     def mark_dead(self, host: HostCalls) -> None:
         """Never keep this host warm again."""
         self._dead.add(host.host_id)
@@ -287,7 +340,12 @@ class HostPool:
                 jobs.clear()
                 self._open[host.host_id] = 0
             self._started.pop(host.host_id, None)
-            if healthy and host.host_id not in self._dead and len(self.idle) < self.warm_hosts:
+            # A host that asked for resources goes once its jobs end, so its node can go idle
+            # and an autoscaler can remove it.
+            asked = self._asks.pop(host.host_id, None) is not None
+            self._placed.discard(host.host_id)
+            keep = healthy and not asked and host.host_id not in self._dead
+            if keep and len(self.idle) < self.warm_hosts:
                 self._add_idle(host)
             else:
                 self._spawn(host.close())

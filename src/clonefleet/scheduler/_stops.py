@@ -87,6 +87,7 @@ class JobStops:
         one of them frees must not start the next job of a batch being stopped."""
         todo, seen = list(ids), set()
         per_host: PerHost = {}
+        unplaced: dict[str, HostCalls] = {}
         with self._paused():
             while todo:
                 job_id = todo.pop()
@@ -98,9 +99,20 @@ class JobStops:
                 host = self._hosts.host_of(job_id)
                 if rec.state is JobState.RESERVED:
                     self._end(rec, JobState.CANCELLED, reason)
+                elif (
+                    rec.state is JobState.RUNNING
+                    and host is not None
+                    and not self._hosts.is_placed(host)
+                    and not self._hosts.has_started(host, job_id)
+                ):
+                    # Its host still waits for a node: nothing runs yet, so it ends now.
+                    self._end(rec, JobState.CANCELLED, reason)
+                    unplaced[host.host_id] = host
                 elif rec.state is JobState.RUNNING and host is not None:
                     per_host.setdefault(host.host_id, (host, []))[1].append(job_id)
                     self._reasons.setdefault(job_id, reason)
+        for host in unplaced.values():
+            self._hosts.drop_if_unused(host)
         return per_host
 
     async def _cancel_on_hosts(self, per_host: PerHost) -> None:

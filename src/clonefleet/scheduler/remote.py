@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Unpack, cast
 
@@ -24,7 +24,7 @@ from clonefleet import control as api
 from clonefleet.admission.remote import admission_snapshot, get_or_create_admission
 from clonefleet.clone import state_of
 from clonefleet.cluster import NAMESPACE, SCHEDULER_NAME, read_state, state_dir, tune_collector
-from clonefleet.config import DurabilityConfig, LimitsConfig
+from clonefleet.config import ClusterConfig, DurabilityConfig, LimitsConfig
 from clonefleet.control import Seconds
 from clonefleet.errors import ClusterError, UsageError
 from clonefleet.host import is_gated
@@ -32,7 +32,7 @@ from clonefleet.host.remote import CloneHost
 from clonefleet.inbox import InboxLimits
 from clonefleet.inbox.remote import INBOX_NAME, get_or_create_inbox
 from clonefleet.journal import Journal, Replay
-from clonefleet.planning import BatchSubmission
+from clonefleet.planning import BatchSubmission, Placement, autoscaled
 from clonefleet.scheduler._core import SchedulerCore
 from clonefleet.scheduler._durable import Durable, read_table
 from clonefleet.scheduler._mail import check_message
@@ -79,6 +79,7 @@ class SchedulerActor:
         warm_hosts: int | None = None,
         journal_dir: str | None = None,
         durability: DurabilityConfig | None = None,
+        cluster: ClusterConfig | None = None,
     ) -> None:
         # The job table and event log hold hundreds of thousands of small objects in a big batch;
         # with the default thresholds the collector rescans them all every few thousand
@@ -87,6 +88,7 @@ class SchedulerActor:
         self._max_concurrency = max_concurrency
         self._warm = warm_hosts
         self._durability = durability or DurabilityConfig()
+        self._placement = Placement(cluster)
         chosen = journal_dir or self._durability.journal_dir
         self._journal_dir = str(Path(chosen).expanduser() if chosen else _cluster_journal())
         self._core: SchedulerCore | None = None
@@ -104,9 +106,9 @@ class SchedulerActor:
     def _refresh_nodes(self) -> None:
         if time.monotonic() - self._nodes_at < 5.0 and self._nodes:
             return
-        alive = [
-            n for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0
-        ]
+        listed = ray.nodes()
+        self._placement.autoscaled = autoscaled(listed)
+        alive = [n for n in listed if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
         self._nodes = sorted(n["NodeID"] for n in alive)
         self._nodes_at = time.monotonic()
         if self._core is not None:
@@ -121,6 +123,14 @@ class SchedulerActor:
         node = self._nodes[self._next % len(self._nodes)] if self._nodes else None
         self._next += 1
         return CloneHost.create(host_id, node_id=node)
+
+    def _asking_host(
+        self, host_id: str, control: api.JobControl, resources: Mapping[str, float]
+    ) -> CloneHost:
+        """A host asking the cluster for ``resources`` (``cluster.host_resources``): Ray puts
+        it where they are free, or keeps it pending (an autoscaler's demand) until a node has
+        them."""
+        return CloneHost.create(host_id, resources=resources)
 
     def _c(self) -> SchedulerCore:
         """The core, made on the first call (inside the actor's event loop): the journal is
@@ -138,6 +148,8 @@ class SchedulerActor:
                 max_concurrency=self._max_concurrency,
                 durable=Durable(journal, cloudpickle.dumps),
                 durability=durability,
+                placement=self._placement,
+                asking_factory=self._asking_host,
             )
             self._nodes_at = 0.0
             self._refresh_nodes()
@@ -203,6 +215,9 @@ class SchedulerActor:
             "journal_failures": list(core.durable.failures),
             "restored": dict(self._restored),
             "warm_hosts_replaced": core.hosts.replaced,
+            "hosts_asking": self._placement.ask(),
+            "autoscaled": self._placement.autoscaled,
+            "hosts_given_up": self._placement.given_up,
             "jobs": len(core.jobs),
         }
 
@@ -312,6 +327,7 @@ def get_or_create_scheduler(
     *,
     journal_dir: str | None = None,
     durability: DurabilityConfig | None = None,
+    cluster: ClusterConfig | None = None,
 ) -> Any:
     """The fleet's scheduler actor handle, created detached on first use.
 
@@ -328,7 +344,7 @@ def get_or_create_scheduler(
         max_restarts=-1,
         max_task_retries=0,
         scheduling_strategy=_head_node(),
-    ).remote(max_concurrency, warm_hosts, journal_dir, durability)
+    ).remote(max_concurrency, warm_hosts, journal_dir, durability, cluster)
 
 
 def _cluster_journal() -> Path:

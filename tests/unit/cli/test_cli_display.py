@@ -160,6 +160,19 @@ def test_watcher_counts_running_queued_done_and_failed():
     assert view.flushes == 3
 
 
+def test_jobs_whose_host_waits_for_a_node_are_counted_apart_from_queued_ones():
+    tally = Tally(JOBS, batch_id="b_00000001", clock=FakeClock())
+    watcher = Watcher(tally, [Recorder()])
+    pending = [env(j, {"type": "host_pending", "host": "h3"}) for j in JOBS[:4]]
+    watcher.page([started(JOBS[9]), *pending])
+    assert (len(tally.running), len(tally.waiting), tally.queued) == (1, 4, 5)
+    assert "running 1, queued 5, waiting for a node 4, failed 0" in tally.counts_text()
+    watcher.page([started(JOBS[0]), result(JOBS[1])])  # its host came; another ended
+    assert (len(tally.running), len(tally.waiting), tally.queued, tally.done) == (2, 2, 5, 1)
+    watcher.page([started(j) for j in JOBS[2:4]])
+    assert "waiting for a node" not in tally.counts_text()
+
+
 def test_rate_and_eta_come_from_the_recent_window():
     clock = FakeClock()
     rate = Rate(clock)

@@ -456,3 +456,13 @@ def test_untrusted_project_may_not_choose_the_journal_folder_but_may_tune_the_re
     assert "clonefleet trust" in info.value.message
     project_config(home, "durability: {checkpoint_interval_s: 5}\n")
     assert load_config().durability.checkpoint_interval_s == 5
+
+
+def test_untrusted_project_may_not_say_what_clone_hosts_ask_the_cluster_for(home):
+    path = project_config(home, "cluster: {host_resources: {GPU: 8}}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config()
+    assert (info.value.path, info.value.key) == (str(path), "cluster")
+    assert "clonefleet trust" in info.value.message
+    project_config(home, "cluster: {host_resources: {CPU: 1}}\n")  # the default, said again
+    assert load_config().cluster.host_resources == {"CPU": 1.0}
