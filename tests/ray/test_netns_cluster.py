@@ -135,7 +135,9 @@ def net() -> Iterator[Net]:
             "--json",
             env=cluster.client_env(token=False),
         )
-        yield Net(cluster, refused)
+        with refused:  # its pipes closed, and it waited for, whichever tests ran
+            yield Net(cluster, refused)
+            refused.kill()
     finally:
         left = cluster.stop()
         assert left == [] and cluster.leftovers() == []

@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -247,11 +248,16 @@ class Machine:
         return in_netns(self.netns, fn, timeout_s)
 
     def get_json(self, url: str, timeout_s: float = 10.0) -> Any:
-        """``GET url`` from this machine, its JSON answer."""
+        """``GET url`` from this machine, its JSON answer (:class:`urllib.error.HTTPError`
+        for an HTTP error status)."""
 
         def fetch() -> Any:
-            with urllib.request.urlopen(url, timeout=timeout_s) as response:
-                return json.loads(response.read())
+            try:
+                with urllib.request.urlopen(url, timeout=timeout_s) as response:
+                    return json.loads(response.read())
+            except urllib.error.HTTPError as exc:
+                exc.close()  # its connection, which the caller never reads
+                raise
 
         return self.call(fetch, timeout_s + 5)
 
