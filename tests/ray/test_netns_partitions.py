@@ -9,6 +9,7 @@ One cluster for the module, its node-death timeout shortened to about 5 s. Skips
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -97,10 +98,11 @@ class Monitor:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self.changed:
-                self.lines.append(json.loads(line))
-                self.changed.notify_all()
+        with contextlib.suppress(ValueError, OSError):  # closed by close()
+            for line in self.proc.stdout:
+                with self.changed:
+                    self.lines.append(json.loads(line))
+                    self.changed.notify_all()
         with self.changed:
             self.lines.append({"exit": self.proc.wait()})
             self.changed.notify_all()
@@ -127,9 +129,11 @@ class Monitor:
         return counts
 
     def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.thread.join(timeout=30)
         with self.proc:
-            if self.proc.poll() is None:
-                self.proc.kill()
+            pass
 
 
 @pytest.fixture(scope="module")
@@ -151,11 +155,8 @@ MEASURED: list[dict[str, Any]] = []
 
 
 def _on(line: dict[str, Any], node: str) -> list[str]:
-    return [
-        j
-        for j, (status, at, _) in line.get("jobs", {}).items()
-        if at == node and status == "running"
-    ]
+    jobs = line.get("jobs", {})
+    return [j for j, row in jobs.items() if row[1] == node and row[0] == "running"]
 
 
 def _hold(seconds: float) -> None:
