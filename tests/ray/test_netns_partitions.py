@@ -1,7 +1,9 @@
 """Partitions on a cluster of separate machines (``clonefleet.testing.NetnsCluster``): a worker
-cut for less than Ray's node-death timeout (nothing restarts), then a worker cut past it and
-healed (its clones restart on the others). Each scenario measures the time to detect and to
-recover, the model requests repeated, and the jobs lost and doubled (both must be 0).
+cut for less than Ray's node-death timeout (nothing restarts), a worker cut past it and healed
+(its clones restart on the others), and the client cut from the head (its commands fail, the
+batch goes on, and once healed the client reads every result). Each scenario measures the time
+to detect and to recover, the model requests repeated, and the jobs lost and doubled (both must
+be 0); the figures are in docs/cluster.md, "Partitions".
 
 One cluster for the module, its node-death timeout shortened to about 5 s. Skips or fails as
 ``test_netns_cluster.py`` does.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -42,6 +45,9 @@ HEALTH = {
 }
 """Ray's node-death timeout: a node that stops answering is dead after about 5 s."""
 COUNT = 30
+WAIT_LIMIT_S = 45.0
+"""How long a client command connected before its client was cut is followed (its own
+deadline: 20 s)."""
 
 # On the client machine: submit a batch through Ray Client, then read its job table every
 # 0.2 s (one JSON line each) until every job has ended, then count each job's result events.
@@ -249,3 +255,64 @@ def test_a_worker_cut_past_the_node_timeout_has_its_clones_restarted_elsewhere(n
     assert got["completed"] == COUNT and got["lost"] == 0 and got["doubled"] == 0, got
     assert got["restarted"] >= got["clones_there"] > 0, got
     assert got["detect_s"] is not None and got["detect_s"] < 30, got
+
+
+def test_a_client_cut_from_the_head_fails_its_commands_and_reads_every_result_once_healed(net):
+    client, address = net.client, net.client_address
+    config = str(client.home / "config.yaml")
+    before = net.provider_stats()["requests"]
+    run = client.clonefleet(
+        "run", "general-purpose", "--prompt", "while cut {{ clone.index }}", "--count", str(COUNT),
+        "--detach", "--address", address, "--config", config, "--json", env=net.client_env(),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    batch = json.loads(run.stdout)["batch_id"]
+    env = net.client_env()
+    python = [sys.executable, "-m", "clonefleet"]
+    # Connected before the cut: a wait whose own deadline is 20 s.
+    waiting = client.popen(
+        *python, "jobs", "wait", batch, "--timeout", "20", "--address", address, env=env
+    )
+    _hold(3.0)  # it has connected (Ray Client takes about 2 s here)
+    cut_at = time.monotonic()
+    net.cut("client")
+    try:
+        fresh = client.clonefleet(
+            "jobs", "list", "--address", address, "--json", env=env, timeout=150
+        )
+        fresh_s = time.monotonic() - cut_at
+        try:  # Ray Client holds it far past its deadline (about 120 s here): not waited for
+            out, err = waiting.communicate(timeout=max(1.0, WAIT_LIMIT_S - fresh_s))
+        except subprocess.TimeoutExpired:
+            waiting.kill()
+            out, err = waiting.communicate()
+        waiting_s = time.monotonic() - cut_at
+    finally:
+        net.heal("client")
+        with waiting:
+            if waiting.poll() is None:
+                waiting.kill()
+    measured = {
+        "scenario": "client cut",
+        "new_command_s": round(fresh_s, 1),
+        "new_command_rc": fresh.returncode,
+        "new_command_error": fresh.stderr.strip().splitlines()[-1:],
+        "connected_wait_s": round(waiting_s, 1),
+        "connected_wait_rc": waiting.returncode,  # negative: killed, still waiting
+        "connected_wait_error": err.strip().splitlines()[-1:],
+    }
+    print(json.dumps(measured))
+    waited = client.clonefleet(
+        "jobs", "wait", batch, "--timeout", "120", "--address", address, env=env, timeout=180
+    )
+    assert waited.returncode == 0, waited.stderr[-3000:]
+    events = client.clonefleet("events", batch, "--address", address, "--json", env=env)
+    assert events.returncode == 0, events.stderr[-3000:]
+    results = [
+        e["subagent_run_id"]
+        for e in map(json.loads, events.stdout.splitlines())
+        if e["event"]["type"] == "result"
+    ]
+    assert len(results) == COUNT and len(set(results)) == COUNT  # none lost, none doubled
+    assert net.provider_stats()["requests"] - before == COUNT * (TURNS + 1)  # the batch went on
+    assert fresh.returncode == 1 and waiting.returncode != 0, measured
