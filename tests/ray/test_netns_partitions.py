@@ -5,7 +5,8 @@ batch goes on, and once healed the client reads every result). Each scenario mea
 to detect and to recover, the model requests repeated, and the jobs lost and doubled (both must
 be 0); the figures are in docs/cluster.md, "Partitions".
 
-One cluster for the module, its node-death timeout shortened to about 5 s. Skips or fails as
+One cluster for the module, its node-death timeout shortened to 5 failed health checks of at
+most 1 s each, 1 s apart (Ray's defaults: about a minute). Skips or fails as
 ``test_netns_cluster.py`` does.
 """
 
@@ -43,7 +44,8 @@ HEALTH = {
     "health_check_timeout_ms": 1000,
     "health_check_failure_threshold": 5,
 }
-"""Ray's node-death timeout: a node that stops answering is dead after about 5 s."""
+"""Ray's node-death timeout: a node that stops answering is dead after 5 failed checks, 5 to
+10 s."""
 COUNT = 30
 WAIT_LIMIT_S = 45.0
 """How long a client command connected before its client was cut is followed (its own
@@ -245,7 +247,7 @@ def _scenario(net: NetnsCluster, victim: str, cut_s: float | None) -> dict[str, 
 
 
 def test_a_worker_cut_for_less_than_the_node_timeout_restarts_nothing(net):
-    got = _scenario(net, "w1", cut_s=2.0)
+    got = _scenario(net, "w1", cut_s=2.0)  # under the 5 checks' 5 s at least
     assert got["completed"] == COUNT and got["lost"] == 0 and got["doubled"] == 0, got
     assert got["restarted"] == 0, got
 
