@@ -137,7 +137,7 @@ def net() -> Iterator[Net]:
         )
         with refused:  # its pipes closed, and it waited for, whichever tests ran
             yield Net(cluster, refused)
-            refused.kill()
+            cluster.client.kill(refused)
     finally:
         left = cluster.stop()
         assert left == [] and cluster.leftovers() == []

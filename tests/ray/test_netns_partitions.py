@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from clonefleet.testing import NetnsCluster
+from clonefleet.testing import Machine, NetnsCluster
 from tests.ray.test_netns_cluster import _supported
 
 pytestmark = pytest.mark.timeout(240)
@@ -138,7 +138,7 @@ class Monitor:
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            self.proc.kill()
+            Machine.kill(self.proc)
         self.thread.join(timeout=30)
         with self.proc:
             pass
@@ -286,14 +286,14 @@ def test_a_client_cut_from_the_head_fails_its_commands_and_reads_every_result_on
         try:  # Ray Client holds it far past its deadline (about 120 s here): not waited for
             out, err = waiting.communicate(timeout=max(1.0, WAIT_LIMIT_S - fresh_s))
         except subprocess.TimeoutExpired:
-            waiting.kill()
+            client.kill(waiting)
             out, err = waiting.communicate()
         waiting_s = time.monotonic() - cut_at
     finally:
         net.heal("client")
         with waiting:
             if waiting.poll() is None:
-                waiting.kill()
+                client.kill(waiting)
     measured = {
         "scenario": "client cut",
         "new_command_s": round(fresh_s, 1),

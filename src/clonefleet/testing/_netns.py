@@ -201,6 +201,13 @@ class Machine:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), sig)
 
+    @staticmethod
+    def kill(proc: subprocess.Popen[Any]) -> None:
+        """Kill the command ``proc`` (from :meth:`popen`) runs and the ``nsenter`` around it
+        (they share a process group of their own)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
     def run(
         self,
         *args: str,
