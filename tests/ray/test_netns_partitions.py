@@ -48,8 +48,7 @@ HEALTH = {
 10 s."""
 COUNT = 30
 WAIT_LIMIT_S = 45.0
-"""How long a client command connected before its client was cut is followed (its own
-deadline: 20 s)."""
+"""How long a client command connected before its client was cut is followed."""
 
 # On the client machine: submit a batch through Ray Client, then read its job table every
 # 0.2 s (one JSON line each) until every job has ended, then count each job's result events.
@@ -271,11 +270,11 @@ def test_a_client_cut_from_the_head_fails_its_commands_and_reads_every_result_on
     batch = json.loads(run.stdout)["batch_id"]
     env = net.client_env()
     python = [sys.executable, "-m", "clonefleet"]
-    # Connected before the cut: a wait whose own deadline is 20 s.
-    waiting = client.popen(
-        *python, "jobs", "wait", batch, "--timeout", "20", "--address", address, env=env
-    )
-    _hold(3.0)  # it has connected (Ray Client takes about 2 s here)
+    # Connected before the cut: following the batch's events (each call's deadline: its wait
+    # plus 2 s); its first event says it is connected.
+    following = client.popen(*python, "events", batch, "--follow", "--address", address, env=env)
+    assert following.stdout is not None
+    assert following.stdout.readline(), following.stderr.read()[-3000:]  # type: ignore[union-attr]
     cut_at = time.monotonic()
     net.cut("client")
     try:
@@ -283,31 +282,38 @@ def test_a_client_cut_from_the_head_fails_its_commands_and_reads_every_result_on
             "jobs", "list", "--address", address, "--json", env=env, timeout=150
         )
         fresh_s = time.monotonic() - cut_at
-        try:  # Ray Client holds it far past its deadline (about 120 s here): not waited for
-            out, err = waiting.communicate(timeout=max(1.0, WAIT_LIMIT_S - fresh_s))
+        try:  # not waited for past WAIT_LIMIT_S
+            _, err = following.communicate(timeout=max(1.0, WAIT_LIMIT_S - fresh_s))
         except subprocess.TimeoutExpired:
-            client.kill(waiting)
-            out, err = waiting.communicate()
-        waiting_s = time.monotonic() - cut_at
+            client.kill(following)
+            _, err = following.communicate()
+        following_s = time.monotonic() - cut_at
     finally:
         net.heal("client")
-        with waiting:
-            if waiting.poll() is None:
-                client.kill(waiting)
+        with following:
+            if following.poll() is None:
+                client.kill(following)
     measured = {
         "scenario": "client cut",
         "new_command_s": round(fresh_s, 1),
         "new_command_rc": fresh.returncode,
         "new_command_error": fresh.stderr.strip().splitlines()[-1:],
-        "connected_wait_s": round(waiting_s, 1),
-        "connected_wait_rc": waiting.returncode,  # negative: killed, still waiting
-        "connected_wait_error": err.strip().splitlines()[-1:],
+        "connected_follow_s": round(following_s, 1),
+        "connected_follow_rc": following.returncode,  # negative: killed, still following
+        "connected_follow_error": err.strip().splitlines()[-1:],
     }
+    wait = ("jobs", "wait", batch, "--timeout", "120", "--address", address)
+    waited = client.clonefleet(*wait, env=env, timeout=180)
+    if "Starting Ray client server failed" in waited.stderr:
+        # Seen once in three runs: the head's Ray Client proxy failed to start the server of
+        # the first client after the heal (its log is printed); the next client is served.
+        print(net.ray_logs("head", "ray_client_server*"))
+        measured["client_server_failed_after_heal"] = True
+        waited = client.clonefleet(*wait, env=env, timeout=180)
     print(json.dumps(measured))
-    waited = client.clonefleet(
-        "jobs", "wait", batch, "--timeout", "120", "--address", address, env=env, timeout=180
+    assert waited.returncode == 0, waited.stderr[-3000:] + net.ray_logs(
+        "head", "ray_client_server*"
     )
-    assert waited.returncode == 0, waited.stderr[-3000:]
     events = client.clonefleet("events", batch, "--address", address, "--json", env=env)
     assert events.returncode == 0, events.stderr[-3000:]
     results = [
@@ -317,4 +323,4 @@ def test_a_client_cut_from_the_head_fails_its_commands_and_reads_every_result_on
     ]
     assert len(results) == COUNT and len(set(results)) == COUNT  # none lost, none doubled
     assert net.provider_stats()["requests"] - before == COUNT * (TURNS + 1)  # the batch went on
-    assert fresh.returncode == 1 and waiting.returncode != 0, measured
+    assert fresh.returncode == 1 and following.returncode != 0, measured

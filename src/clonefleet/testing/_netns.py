@@ -703,6 +703,18 @@ class NetnsCluster:
         by_ip: dict[str, str] = json.loads(out.stdout.splitlines()[-1])
         return {self.machine_of(ip).name: node for ip, node in by_ip.items()}
 
+    def ray_logs(self, machine: str, pattern: str = "*.err", tail: int = 2000) -> str:
+        """The ends of the Ray log files of ``machine``'s node matching ``pattern`` (to tell
+        why something failed)."""
+        logs = self.machines[machine].root / "ray" / "session_latest" / "logs"
+        parts = []
+        for path in sorted(logs.glob(pattern)):
+            with contextlib.suppress(OSError):
+                text = path.read_text(errors="replace").strip()
+                if text:
+                    parts.append(f"--- {path.name}\n{text[-tail:]}")
+        return "\n".join(parts)
+
     def leftovers(self) -> list[str]:
         """What of this harness is still there (namespaces, processes, its folder)."""
         left = [f"netns {n}" for n in tools.namespaces(self.prefix)]
