@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from clonefleet.testing import Machine, NetnsCluster, netns_unsupported
+from clonefleet.testing._netns import client_server_failed
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -78,7 +79,12 @@ class Net:
     ) -> subprocess.CompletedProcess[str]:
         """``clonefleet ARGS`` on the client machine (or ``machine``), with the token."""
         on = machine or self.cluster.client
-        return on.clonefleet(*args, env=self.cluster.client_env(), timeout=timeout)
+        done = on.clonefleet(*args, env=self.cluster.client_env(), timeout=timeout)
+        if client_server_failed(done.stderr):  # refused before it asked anything: once more
+            print(f"{args[0]}: Ray Client's proxy did not start a server; again")
+            print(self.cluster.ray_logs("head", "ray_client_server*"))
+            done = on.clonefleet(*args, env=self.cluster.client_env(), timeout=timeout)
+        return done
 
     def ids(self) -> dict[str, str]:
         if not self.node_ids:

@@ -56,6 +56,18 @@ PREFIX = "cfnet"
 GCS_PORT = 6379
 CLIENT_PORT = 10001
 PROVIDER_PORT = 8000
+CLIENT_SERVER_FAILED = ("Starting Ray client server failed", "in start_specific_server")
+"""What a Ray Client connection gets when the head's proxy could not start the server for it
+(or found it a zombie): seen now and then on a loaded machine, before anything was asked of the
+cluster, so such a command may be made again (:meth:`NetnsCluster.node_ids` does, once; see
+:func:`client_server_failed`)."""
+
+
+def client_server_failed(stderr: str) -> bool:
+    """Whether a client command failed because Ray Client's proxy did not start its server."""
+    return any(sign in stderr for sign in CLIENT_SERVER_FAILED)
+
+
 CLONE_NEWNET = 0x40000000
 _TOOLS = Path(tools.__file__).resolve()
 _DROPPED = (
@@ -690,14 +702,17 @@ class NetnsCluster:
             "print(json.dumps({n['NodeManagerAddress']: n['NodeID'] for n in ray.nodes()"
             " if n['Alive']}))\n"
         )
-        out = self.client.run(
-            sys.executable,
-            "-c",
-            script,
-            self.client_address,
-            env={**self.client_env(), "RAY_AUTH_MODE": "token"},
-            timeout=90,
-        )
+        for _ in range(2):
+            out = self.client.run(
+                sys.executable,
+                "-c",
+                script,
+                self.client_address,
+                env={**self.client_env(), "RAY_AUTH_MODE": "token"},
+                timeout=90,
+            )
+            if not client_server_failed(out.stderr):
+                break
         if out.returncode != 0:
             raise RuntimeError(f"cannot list the nodes: {out.stderr[-3000:]}")
         by_ip: dict[str, str] = json.loads(out.stdout.splitlines()[-1])
