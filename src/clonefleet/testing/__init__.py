@@ -4,6 +4,8 @@
 a fixed list of responses (or errors) and checks that all were used; ``FakeClock`` advances only
 when told to. ``LocalHost`` runs clones in-process for a scheduler core; ``InstantHost`` runs
 none: their events and results are ready at once (to measure the scheduler alone).
+``NetnsCluster`` runs a Ray cluster of several machines on one Linux box, each machine a network
+namespace on a private bridge (root only; docs/cluster.md, "A cluster on one Linux machine").
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from clonefleet.journal import Journal
 from clonefleet.planning import BatchSubmission
 from clonefleet.providers import ModelRequest, ModelResponse, SimScript, ToolCall, Usage
 from clonefleet.scheduler import Durable, SchedulerCore, read_table
+from clonefleet.testing._netns import Machine, NetnsCluster, in_netns, netns_unsupported
 from clonefleet.vocab import EventType, JobState, Outcome, StopReason
 
 __all__ = [
@@ -32,6 +35,8 @@ __all__ = [
     "InstantHost",
     "LocalHost",
     "LocalHosts",
+    "Machine",
+    "NetnsCluster",
     "ScriptedModel",
     "batch_config",
     "call",
@@ -39,6 +44,8 @@ __all__ = [
     "instant_events",
     "make_spec",
     "make_submission",
+    "in_netns",
+    "netns_unsupported",
     "public_methods",
     "signature_shape",
     "open_journaled_core",

@@ -1,0 +1,327 @@
+"""Partitions on a cluster of separate machines (``clonefleet.testing.NetnsCluster``): a worker
+cut for less than Ray's node-death timeout (nothing restarts), a worker cut past it and healed
+(its clones restart on the others), and the client cut from the head (its commands fail, the
+batch goes on, and once healed the client reads every result). Each scenario measures the time
+to detect and to recover, the model requests repeated, and the jobs lost and doubled (both must
+be 0); the figures are in docs/cluster.md, "Partitions".
+
+One cluster for the module, its node-death timeout shortened to 5 failed health checks of at
+most 1 s each, 1 s apart (Ray's defaults: about a minute). Skips or fails as
+``test_netns_cluster.py`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from clonefleet.testing import Machine, NetnsCluster
+from clonefleet.testing._netns import client_server_failed
+from tests.ray.test_netns_cluster import _supported
+
+pytestmark = pytest.mark.timeout(240)
+
+TURNS = 12
+"""Progress turns of every clone before its exit, 0.5 s each."""
+SCRIPT: dict[str, Any] = {
+    "default": [
+        *(
+            {"tool": "progress_update", "args": {"summary": f"step {i}"}, "latency_ms": 500}
+            for i in range(TURNS)
+        ),
+        {"tool": "exit_tool", "args": {"success": True, "summary": "done"}, "latency_ms": 50},
+    ]
+}
+HEALTH = {
+    "health_check_period_ms": 1000,
+    "health_check_timeout_ms": 1000,
+    "health_check_failure_threshold": 5,
+}
+"""Ray's node-death timeout: a node that stops answering is dead after 5 failed checks, 5 to
+10 s."""
+COUNT = 30
+WAIT_LIMIT_S = 45.0
+"""How long a client command connected before its client was cut is followed."""
+
+# On the client machine: submit a batch through Ray Client, then read its job table every
+# 0.2 s (one JSON line each) until every job has ended, then count each job's result events.
+MONITOR = """
+import json, sys, time
+from clonefleet import Fleet
+
+fleet = Fleet(sys.argv[1], config=sys.argv[2])
+batch = fleet.spawn("general-purpose", "partition {{ clone.index }}", count=int(sys.argv[3]))
+print(json.dumps({"batch": batch.batch_id}), flush=True)
+ended = ("completed", "failed", "cancelled")
+while True:
+    try:
+        jobs = fleet.list_jobs(batch=batch.batch_id)["jobs"]
+    except Exception as exc:
+        print(json.dumps({"t": time.time(), "error": str(exc)[:300]}), flush=True)
+        continue
+    rows = {
+        j["job_id"]: [j["status"], j["node"], j["restarts"], (j["progress"] or {}).get("summary")]
+        for j in jobs
+    }
+    print(json.dumps({"t": time.time(), "jobs": rows}), flush=True)
+    if len(rows) == int(sys.argv[3]) and all(r[0] in ended for r in rows.values()):
+        break
+    time.sleep(0.2)
+results, cursor = {}, 0
+while True:
+    page = fleet.events(batch.batch_id, cursor=cursor)
+    for envelope in page["events"]:
+        if envelope["event"]["type"] == "result":
+            job = envelope["subagent_run_id"]
+            results[job] = results.get(job, 0) + 1
+    if page["cursor"] == cursor:
+        break
+    cursor = page["cursor"]
+print(json.dumps({"results": results}), flush=True)
+fleet.close()
+"""
+
+
+class Monitor:
+    """The client's view of one batch, read line by line in a thread."""
+
+    def __init__(self, net: NetnsCluster) -> None:
+        config = str(net.client.home / "config.yaml")
+        self.proc = net.client.popen(
+            sys.executable, "-c", MONITOR, net.client_address, config, str(COUNT),
+            env=net.client_env(),
+        )  # fmt: skip
+        self.lines: list[dict[str, Any]] = []
+        self.changed = threading.Condition()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        with contextlib.suppress(ValueError, OSError):  # closed by close()
+            for line in self.proc.stdout:
+                with self.changed:
+                    self.lines.append(json.loads(line))
+                    self.changed.notify_all()
+        with self.changed:
+            self.lines.append({"exit": self.proc.wait()})
+            self.changed.notify_all()
+
+    def wait_for(self, test: Any, timeout_s: float) -> dict[str, Any]:
+        """The first line from now on for which ``test(line)`` holds."""
+        deadline = time.monotonic() + timeout_s
+        seen = len(self.lines)
+        with self.changed:
+            while True:
+                for line in self.lines[seen:]:
+                    assert "exit" not in line, self.proc.stderr.read()[-3000:]  # type: ignore[union-attr]
+                    if test(line):
+                        return line
+                seen = len(self.lines)
+                left = deadline - time.monotonic()
+                assert left > 0, self.lines[-3:]
+                self.changed.wait(min(left, 0.05))
+
+    def finish(self, timeout_s: float) -> dict[str, int]:
+        line = self.wait_for(lambda line: "results" in line, timeout_s)
+        self.proc.wait(timeout=30)
+        counts: dict[str, int] = line["results"]
+        return counts
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            Machine.kill(self.proc)
+        self.thread.join(timeout=30)
+        with self.proc:
+            pass
+
+
+@pytest.fixture(scope="module")
+def net() -> Iterator[NetnsCluster]:
+    _supported()
+    cluster = NetnsCluster(workers=2, cpus_per_node=1, system_config=HEALTH)
+    try:
+        cluster.start()
+        script = cluster.model.home / "script.json"
+        script.write_text(json.dumps(SCRIPT))
+        cluster.serve_provider("--script", str(script))
+        cluster.write_config()
+        yield cluster
+    finally:
+        assert cluster.stop() == [] and cluster.leftovers() == []
+
+
+MEASURED: list[dict[str, Any]] = []
+
+
+def _on(line: dict[str, Any], node: str) -> list[str]:
+    jobs = line.get("jobs", {})
+    return [j for j, row in jobs.items() if row[1] == node and row[0] == "running"]
+
+
+def _hold(seconds: float) -> None:
+    """Let ``seconds`` pass (a partition's length, in 50 ms steps)."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        time.sleep(0.05)
+
+
+def _scenario(net: NetnsCluster, victim: str, cut_s: float | None) -> dict[str, Any]:
+    """Cut ``victim`` once clones run there: for ``cut_s`` seconds, or (``None``) until its
+    clones were restarted elsewhere and 2 s more; then heal it and follow the batch to its end.
+
+    ``detect_s``: from the cut until the scheduler restarted every clone of the victim.
+    ``recover_s``: past the timeout, from the cut until every one runs on another node; under
+    it, from the heal until every one took a turn again. ``requests`` against
+    ``expected_requests``: the model requests made again."""
+    node = net.node_ids()[victim]
+    before = net.provider_stats()["requests"]
+    monitor = Monitor(net)
+    try:
+        first = monitor.wait_for(lambda line: len(_on(line, node)) >= 3, 120)
+        there = set(_on(first, node))
+        cut_at = time.time()
+        net.cut(victim)
+        detected_at = None
+        try:
+            if cut_s is None:
+
+                def moved(line: dict[str, Any]) -> bool:
+                    jobs = line.get("jobs", {})
+                    return all(jobs[j][2] >= 1 or jobs[j][1] != node for j in there)
+
+                detected_at = monitor.wait_for(moved, 90)["t"]
+                _hold(2.0)
+            else:
+                _hold(cut_s)
+        finally:
+            net.heal(victim)
+        healed_at = time.time()
+        if cut_s is None:  # recovered: every clone of the victim runs on another node (or ended)
+
+            def back(line: dict[str, Any]) -> bool:
+                jobs = line.get("jobs", {})
+                return all(
+                    jobs[j][0] == "completed" or jobs[j][1] not in (None, node) for j in there
+                )
+
+            recovered_at = monitor.wait_for(back, 90)["t"] - cut_at
+        else:  # recovered: every clone of the victim took a turn since the link came back
+            at_heal = next(line for line in reversed(monitor.lines) if "jobs" in line)["jobs"]
+
+            def back(line: dict[str, Any]) -> bool:
+                jobs = line.get("jobs", {})
+                return all(jobs[j][0] == "completed" or jobs[j][3] != at_heal[j][3] for j in there)
+
+            recovered_at = monitor.wait_for(back, 90)["t"] - healed_at
+        results = monitor.finish(150)
+        last = next(line for line in reversed(monitor.lines) if "jobs" in line)
+    finally:
+        monitor.close()
+    requests = net.provider_stats()["requests"] - before
+    statuses = [row[0] for row in last["jobs"].values()]
+    measured = {
+        "victim": victim,
+        "cut_s": round(healed_at - cut_at, 1),
+        "clones_there": len(there),
+        "detect_s": None if detected_at is None else round(detected_at - cut_at, 1),
+        "recover_s": round(recovered_at, 1),
+        "restarted": sum(1 for row in last["jobs"].values() if row[2]),
+        "requests": requests,
+        "expected_requests": COUNT * (TURNS + 1),
+        "completed": statuses.count("completed"),
+        "lost": sum(1 for j in last["jobs"] if results.get(j, 0) == 0),
+        "doubled": sum(1 for n in results.values() if n > 1),
+    }
+    MEASURED.append(measured)
+    print(json.dumps(measured))
+    return measured
+
+
+def test_a_worker_cut_for_less_than_the_node_timeout_restarts_nothing(net):
+    got = _scenario(net, "w1", cut_s=2.0)  # under the 5 checks' 5 s at least
+    assert got["completed"] == COUNT and got["lost"] == 0 and got["doubled"] == 0, got
+    assert got["restarted"] == 0, got
+
+
+def test_a_worker_cut_past_the_node_timeout_has_its_clones_restarted_elsewhere(net):
+    got = _scenario(net, "w2", cut_s=None)
+    assert got["completed"] == COUNT and got["lost"] == 0 and got["doubled"] == 0, got
+    assert got["restarted"] >= got["clones_there"] > 0, got
+    assert got["detect_s"] is not None and got["detect_s"] < 30, got
+
+
+def test_a_client_cut_from_the_head_fails_its_commands_and_reads_every_result_once_healed(net):
+    client, address = net.client, net.client_address
+    config = str(client.home / "config.yaml")
+    before = net.provider_stats()["requests"]
+    run = client.clonefleet(
+        "run", "general-purpose", "--prompt", "while cut {{ clone.index }}", "--count", str(COUNT),
+        "--detach", "--address", address, "--config", config, "--json", env=net.client_env(),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    batch = json.loads(run.stdout)["batch_id"]
+    env = net.client_env()
+    python = [sys.executable, "-m", "clonefleet"]
+    # Connected before the cut: following the batch's events (each call's deadline: its wait
+    # plus 2 s); its first event says it is connected.
+    following = client.popen(*python, "events", batch, "--follow", "--address", address, env=env)
+    assert following.stdout is not None
+    assert following.stdout.readline(), following.stderr.read()[-3000:]  # type: ignore[union-attr]
+    cut_at = time.monotonic()
+    net.cut("client")
+    try:
+        fresh = client.clonefleet(
+            "jobs", "list", "--address", address, "--json", env=env, timeout=150
+        )
+        fresh_s = time.monotonic() - cut_at
+        try:  # not waited for past WAIT_LIMIT_S
+            _, err = following.communicate(timeout=max(1.0, WAIT_LIMIT_S - fresh_s))
+        except subprocess.TimeoutExpired:
+            client.kill(following)
+            _, err = following.communicate()
+        following_s = time.monotonic() - cut_at
+    finally:
+        net.heal("client")
+        with following:
+            if following.poll() is None:
+                client.kill(following)
+    measured = {
+        "scenario": "client cut",
+        "new_command_s": round(fresh_s, 1),
+        "new_command_rc": fresh.returncode,
+        "new_command_error": fresh.stderr.strip().splitlines()[-1:],
+        "connected_follow_s": round(following_s, 1),
+        "connected_follow_rc": following.returncode,  # negative: killed, still following
+        "connected_follow_error": err.strip().splitlines()[-1:],
+    }
+    wait = ("jobs", "wait", batch, "--timeout", "120", "--address", address)
+    waited = client.clonefleet(*wait, env=env, timeout=180)
+    if client_server_failed(waited.stderr):
+        # Seen once in three runs: the head's Ray Client proxy failed to start the server of
+        # the first client after the heal (its log is printed); the next one is served.
+        print(net.ray_logs("head", "ray_client_server*"))
+        measured["client_server_failed_after_heal"] = True
+        waited = client.clonefleet(*wait, env=env, timeout=180)
+    print(json.dumps(measured))
+    assert waited.returncode == 0, waited.stderr[-3000:] + net.ray_logs(
+        "head", "ray_client_server*"
+    )
+    events = client.clonefleet("events", batch, "--address", address, "--json", env=env)
+    assert events.returncode == 0, events.stderr[-3000:]
+    results = [
+        e["subagent_run_id"]
+        for e in map(json.loads, events.stdout.splitlines())
+        if e["event"]["type"] == "result"
+    ]
+    assert len(results) == COUNT and len(set(results)) == COUNT  # none lost, none doubled
+    assert net.provider_stats()["requests"] - before == COUNT * (TURNS + 1)  # the batch went on
+    assert fresh.returncode == 1 and following.returncode != 0, measured
