@@ -173,6 +173,26 @@ def _auth_environment(address: str | None) -> dict[str, str | None]:
     return {}
 
 
+def _connect_hint(address: str | None, auth: Mapping[str, str | None]) -> str:
+    """What to add to the error of a failed connection to ``address`` made with the ``auth``
+    variables of :func:`_auth_environment`: nothing for an embedded instance or `cluster up`'s
+    own cluster (clonefleet holds its token); for another cluster, whether this client sent a
+    token, so that a timeout with the right token does not send the user looking for one."""
+    if not address or auth.get("RAY_AUTH_TOKEN_PATH"):
+        return ""
+    if auth.get("RAY_AUTH_MODE") == "token" or os.environ.get("RAY_AUTH_MODE") == "token":
+        return (
+            " (the cluster cannot be reached from here, or refused the token this client sends:"
+            " check the address and the network, and that RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH"
+            " holds the cluster's token; see docs/cluster.md)"
+        )
+    return (
+        " (the cluster cannot be reached from here, or it has token authentication and refuses"
+        " a client without its token, which this one sent none of: set RAY_AUTH_TOKEN or"
+        " RAY_AUTH_TOKEN_PATH; see docs/cluster.md)"
+    )
+
+
 def _set_auth_environment(values: Mapping[str, str | None]) -> dict[str, str | None]:
     """Set (or unset) ``values`` in the environment and make a loaded Ray see them; returns the
     values they replace."""
@@ -343,12 +363,7 @@ class ClusterSession:
             self._end_embedded()
             self._put_back_environment()
             where = address or "an embedded local instance"
-            hint = (
-                " (a cluster with token authentication refuses a client without its token: set"
-                " RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH, see docs/cluster.md)"
-                if address and not auth.get("RAY_AUTH_TOKEN_PATH")  # not `cluster up`'s own
-                else ""
-            )
+            hint = _connect_hint(address, auth)
             raise ClusterError(f"cannot start or reach Ray at {where}: {exc}{hint}") from None
         except BaseException:  # interrupted (a signal) while Ray was starting, for one
             self._end_embedded()

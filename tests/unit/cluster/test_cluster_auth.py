@@ -101,6 +101,23 @@ def test_other_addresses_send_the_callers_token_when_there_is_one(monkeypatch, t
     assert _connect._auth_environment("ray://10.0.0.5:10001") == {}
 
 
+def test_a_failed_connection_says_whether_a_token_was_sent(monkeypatch, tmp_path):
+    _record_cluster(tmp_path)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    # No token anywhere: it may be the token that is missing.
+    none = _connect._connect_hint("ray://10.0.0.5:10001", _connect._auth_environment("x:1"))
+    assert "cannot be reached" in none and "sent none" in none and "RAY_AUTH_TOKEN" in none
+    # A token sent (the caller's, from the environment): the cluster is out of reach, or the
+    # token is not its own; never "set RAY_AUTH_TOKEN" as if none were there.
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "y" * 64)
+    sent = _connect._connect_hint("ray://10.0.0.5:10001", _connect._auth_environment("x:1"))
+    assert "cannot be reached" in sent and "refused the token this client sends" in sent
+    assert "sent none" not in sent
+    # An embedded instance, or `cluster up`'s own cluster (clonefleet holds its token): nothing.
+    assert _connect._connect_hint(None, {}) == ""
+    assert _connect._connect_hint("10.0.0.5:6379", {"RAY_AUTH_TOKEN_PATH": "/t"}) == ""
+
+
 def test_a_dead_clusters_token_is_never_used_and_goes_with_cluster_down(tmp_path):
     token = _record_cluster(tmp_path)
     state = json.loads(_local.state_path().read_text())
