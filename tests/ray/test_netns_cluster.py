@@ -125,10 +125,7 @@ def net() -> Iterator[Net]:
     cluster = NetnsCluster(workers=2, cpus_per_node=1)
     try:
         cluster.start()
-        script = cluster.model.home / "script.json"
-        script.write_text(json.dumps(SCRIPT))
-        cluster.serve_provider("--script", str(script))
-        cluster.write_config()
+        cluster.serve_script(SCRIPT)
         cluster.write_config(machine=cluster.head)
         refused = cluster.client.popen(
             sys.executable,

@@ -150,10 +150,7 @@ def net() -> Iterator[NetnsCluster]:
     cluster = NetnsCluster(workers=2, cpus_per_node=1, system_config=HEALTH)
     try:
         cluster.start()
-        script = cluster.model.home / "script.json"
-        script.write_text(json.dumps(SCRIPT))
-        cluster.serve_provider("--script", str(script))
-        cluster.write_config()
+        cluster.serve_script(SCRIPT)
         yield cluster
     finally:
         assert cluster.stop() == [] and cluster.leftovers() == []

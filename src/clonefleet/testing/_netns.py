@@ -667,6 +667,16 @@ class NetnsCluster:
         self.provider_url = f"{url}/v1"
         return self.provider_url
 
+    def serve_script(self, script: Mapping[str, Any], *args: str) -> str:
+        """Serve the simulated provider (:meth:`serve_provider`) playing ``script``, a
+        simulation script's data, and write the client's config for it (:meth:`write_config`);
+        returns the provider's base URL."""
+        path = self.model.home / "script.json"
+        path.write_text(json.dumps(script))
+        url = self.serve_provider("--script", str(path), *args)
+        self.write_config()
+        return url
+
     def provider_stats(self) -> dict[str, Any]:
         """The provider's counters (``GET /sim/stats``, asked from the model machine)."""
         assert self.provider_url is not None, "serve_provider() first"
