@@ -11,7 +11,8 @@ total CPUs, so the scheduler makes the same number of clone hosts (one per CPU) 
   client machine.
 - ``B`` (loopback): one machine, its node holding all ``--cpus`` CPUs, the provider on its
   127.0.0.1, and the same command run on that machine (``ray://`` its own address, over its
-  loopback interface).
+  loopback interface). ``--loopback-provider model`` puts B's provider on the model machine
+  behind the relay instead, as in A: what the relay and the bridge cost, apart.
 
 Each cluster first runs a small warm-up batch (the scheduler actor and its warm hosts start
 there, in both cases), then ``--repeat`` timed batches. Per batch: ``command`` is the seconds
@@ -23,7 +24,8 @@ median ``command`` of A over B (at most ``--target``); the ``batch`` ratio is sh
 
     python benchmarks/netns_fanout.py [--count 1000] [--workers 3] [--cpus 3]
         [--latency-ms 200] [--turns 2] [--repeat 3] [--warmup-count 3]
-        [--clones-per-actor K] [--cases A,B] [--target 1.2] [--time-limit-s 300]
+        [--clones-per-actor K] [--cases A,B] [--loopback-provider local|model]
+        [--target 1.2] [--time-limit-s 300]
         [--out benchmarks/results/netns_fanout.json]
 
 Prints a table and writes JSON; exits 1 when the target is missed (or a batch failed).
@@ -67,6 +69,13 @@ def _parser() -> argparse.ArgumentParser:
         "--clones-per-actor", type=int, default=None, help="override the automatic choice"
     )
     parser.add_argument("--cases", default="A,B", help="A (machines), B (loopback), or both")
+    parser.add_argument(
+        "--loopback-provider",
+        choices=("local", "model"),
+        default="local",
+        help="B's provider: on its own 127.0.0.1 (local), or on the model machine behind the "
+        "relay as in A (model: what the relay and the bridge cost)",
+    )
     parser.add_argument("--target", type=float, default=1.2, help="most A/B of the makespans")
     parser.add_argument("--time-limit-s", type=float, default=300.0, help="longest wait per batch")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -124,7 +133,7 @@ class Case:
         net, args = self.net, self.args
         net.start()
         serve = ["--latency-ms", str(args.latency_ms), "--seed", "0"]
-        if self.name == "A":
+        if self.name == "A" or args.loopback_provider == "model":
             script = net.model.home / "script.json"
             script.write_text(json.dumps(_script(args.turns)))
             url = net.serve_provider(*serve, "--script", str(script))
