@@ -321,6 +321,8 @@ class NetnsCluster:
     Args:
         workers: worker machines (each a Ray node).
         cpus_per_node: ``--num-cpus`` of every node.
+        head_cpus: ``--num-cpus`` of the head (default: ``cpus_per_node``); with 0 the
+            scheduler puts no clone host there (it places hosts on nodes with CPUs only).
         system_config: Ray's ``--system-config`` for the head (its node-death timeouts:
             ``health_check_period_ms``, ``health_check_timeout_ms``,
             ``health_check_failure_threshold``).
@@ -333,6 +335,7 @@ class NetnsCluster:
         workers: int = 2,
         *,
         cpus_per_node: int = 1,
+        head_cpus: int | None = None,
         system_config: Mapping[str, Any] | None = None,
         ray_env: Mapping[str, str] | None = None,
         start_timeout_s: float = 90.0,
@@ -344,6 +347,7 @@ class NetnsCluster:
         rng = random.Random(secrets.randbits(32))
         self.subnet = ipaddress.ip_network(f"10.{rng.randint(64, 250)}.{rng.randint(1, 254)}.0/24")
         self.cpus_per_node = cpus_per_node
+        self.head_cpus = cpus_per_node if head_cpus is None else head_cpus
         self.system_config = dict(system_config or {})
         self.ray_env = dict(ray_env or {})
         self.start_timeout_s = start_timeout_s
@@ -556,7 +560,7 @@ class NetnsCluster:
             "--node-ip-address",
             machine.ip,
             "--num-cpus",
-            str(self.cpus_per_node),
+            str(self.head_cpus if machine is self.head else self.cpus_per_node),
             "--temp-dir",
             str(machine.root / "ray"),
             "--disable-usage-stats",
