@@ -448,21 +448,33 @@ def test_concurrent_trust_commands_keep_every_folder(home):
     assert sorted(r["dir"] for r in read_trust_records()) == sorted(map(str, folders))
 
 
-def test_untrusted_project_may_not_choose_the_journal_folder_but_may_tune_the_rest(home):
-    path = project_config(home, "durability: {journal_dir: ~/.ssh, checkpoint_interval_s: 5}\n")
+@pytest.mark.parametrize(
+    ("refused", "key", "allowed", "check"),
+    [
+        # The journal's folder is trust's to choose; the checkpoint interval is not.
+        (
+            "durability: {journal_dir: ~/.ssh, checkpoint_interval_s: 5}\n",
+            "durability.journal_dir",
+            "durability: {checkpoint_interval_s: 5}\n",
+            lambda c: c.durability.checkpoint_interval_s == 5,
+        ),
+        # What clone hosts ask the cluster for costs money; the default said again is fine.
+        (
+            "cluster: {host_resources: {GPU: 8}}\n",
+            "cluster",
+            "cluster: {host_resources: {CPU: 1}}\n",
+            lambda c: c.cluster.host_resources == {"CPU": 1.0},
+        ),
+    ],
+    ids=["journal_dir", "cluster"],
+)
+def test_untrusted_project_may_not_ask_what_only_trust_allows_but_may_tune_the_rest(
+    home, refused, key, allowed, check
+):
+    path = project_config(home, refused)
     with pytest.raises(ConfigError) as info:
         load_config()
-    assert (info.value.path, info.value.key) == (str(path), "durability.journal_dir")
+    assert (info.value.path, info.value.key) == (str(path), key)
     assert "clonefleet trust" in info.value.message
-    project_config(home, "durability: {checkpoint_interval_s: 5}\n")
-    assert load_config().durability.checkpoint_interval_s == 5
-
-
-def test_untrusted_project_may_not_say_what_clone_hosts_ask_the_cluster_for(home):
-    path = project_config(home, "cluster: {host_resources: {GPU: 8}}\n")
-    with pytest.raises(ConfigError) as info:
-        load_config()
-    assert (info.value.path, info.value.key) == (str(path), "cluster")
-    assert "clonefleet trust" in info.value.message
-    project_config(home, "cluster: {host_resources: {CPU: 1}}\n")  # the default, said again
-    assert load_config().cluster.host_resources == {"CPU": 1.0}
+    project_config(home, allowed)
+    assert check(load_config())
