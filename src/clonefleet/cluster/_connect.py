@@ -18,7 +18,7 @@ import secrets
 import signal
 import socket
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -42,6 +42,8 @@ __all__ = [
     "named_actor_exists",
     "stop_current_session",
 ]
+
+log = logging.getLogger(__name__)
 
 NAMESPACE = "clonefleet"
 SCHEDULER_NAME = "scheduler"
@@ -173,11 +175,26 @@ def _auth_environment(address: str | None) -> dict[str, str | None]:
     return {}
 
 
-def _connect_hint(address: str | None, auth: Mapping[str, str | None]) -> str:
-    """What to add to the error of a failed connection to ``address`` made with the ``auth``
-    variables of :func:`_auth_environment`: nothing for an embedded instance or `cluster up`'s
-    own cluster (clonefleet holds its token); for another cluster, whether this client sent a
-    token, so that a timeout with the right token does not send the user looking for one."""
+CLIENT_SERVER_FAILED = "Starting Ray client server failed"
+"""What Ray Client says when the head's proxy started no server for this client (the server
+process died before it ran; see :func:`_join`)."""
+CLIENT_SERVER_TRIES = 3
+"""Connections made to a ``ray://`` address whose proxy started no server for the client."""
+
+
+def _connect_hint(address: str | None, auth: Mapping[str, str | None], error: str = "") -> str:
+    """What to add to the ``error`` of a failed connection to ``address`` made with the
+    ``auth`` variables of :func:`_auth_environment`: nothing for an embedded instance or
+    `cluster up`'s own cluster (clonefleet holds its token); the head's own fault when its Ray
+    Client proxy started no server; else whether this client sent a token, so that a timeout
+    with the right token does not send the user looking for one."""
+    if CLIENT_SERVER_FAILED in error:
+        return (
+            " (the cluster was reached, but its head could not start a Ray Client server for"
+            f" this client, {CLIENT_SERVER_TRIES} times: its ray_client_server*.err logs say"
+            " why; a head started without GRPC_ENABLE_FORK_SUPPORT=0 fails this way when it is"
+            " busy; see docs/cluster.md)"
+        )
     if not address or auth.get("RAY_AUTH_TOKEN_PATH"):
         return ""
     if auth.get("RAY_AUTH_MODE") == "token" or os.environ.get("RAY_AUTH_MODE") == "token":
@@ -294,6 +311,34 @@ def cluster_unreachable() -> str | None:
     return None
 
 
+def _join(
+    address: str,
+    kwargs: Mapping[str, Any],
+    init: Callable[..., object] | None = None,
+    shutdown: Callable[[], object] | None = None,
+) -> None:
+    """``ray.init`` on ``address`` (or ``init``), made again (up to
+    :data:`CLIENT_SERVER_TRIES` in all) when a ``ray://`` head's proxy started no server for
+    this client: the connection was refused before anything was asked of the cluster, and the
+    next one gets a new server."""
+    import ray
+
+    init = init or ray.init
+    shutdown = shutdown or ray.shutdown
+    for attempt in range(1, CLIENT_SERVER_TRIES + 1):
+        try:
+            init(address=address, **kwargs)
+            return
+        except ConnectionError as exc:  # ConnectionAbortedError, from Ray Client's init
+            if "://" not in address or CLIENT_SERVER_FAILED not in str(exc):
+                raise
+            if attempt == CLIENT_SERVER_TRIES:
+                raise
+            log.warning("%s: no Ray Client server for this client; connecting again", address)
+            with contextlib.suppress(Exception):
+                shutdown()
+
+
 def stop_current_session() -> None:
     """Stop the session this process holds, if any (for a command interrupted before it had
     the object that owns the session, or while that object was closing it)."""
@@ -354,7 +399,7 @@ class ClusterSession:
         try:
             with _callers_sigterm_kept():
                 if address:
-                    ray.init(address=address, **kwargs)
+                    _join(address, kwargs)
                     if "://" not in address:
                         self.gcs_address = ray.get_runtime_context().gcs_address
                 else:
@@ -363,7 +408,7 @@ class ClusterSession:
             self._end_embedded()
             self._put_back_environment()
             where = address or "an embedded local instance"
-            hint = _connect_hint(address, auth)
+            hint = _connect_hint(address, auth, str(exc))
             raise ClusterError(f"cannot start or reach Ray at {where}: {exc}{hint}") from None
         except BaseException:  # interrupted (a signal) while Ray was starting, for one
             self._end_embedded()

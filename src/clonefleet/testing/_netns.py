@@ -58,9 +58,17 @@ CLIENT_PORT = 10001
 PROVIDER_PORT = 8000
 CLIENT_SERVER_FAILED = ("Starting Ray client server failed", "in start_specific_server")
 """What a Ray Client connection gets when the head's proxy could not start the server for it
-(or found it a zombie): seen now and then on a loaded machine, before anything was asked of the
-cluster, so such a command may be made again (:meth:`NetnsCluster.node_ids` does, once; see
-:func:`client_server_failed`)."""
+(or found it a zombie), before anything was asked of the cluster, so such a command may be made
+again (:meth:`NetnsCluster.node_ids` does; see :func:`client_server_failed`). The usual cause,
+a forked child aborted by gRPC, is kept off by :data:`NODE_FORK_SAFE`."""
+
+
+NODE_FORK_SAFE = {"GRPC_ENABLE_FORK_SUPPORT": "0"}
+"""Environment of every node's processes: without it, the head's Ray Client proxy (a Python
+gRPC server) forks to start each client's server and gRPC's after-fork handler restarts its
+threads in the child, which on a busy machine aborts it (SIGABRT or SIGSEGV, before the exec,
+with empty logs): the client then fails with "Starting Ray client server failed". Nothing on
+a node forks to go on using gRPC in the child, so the handlers are not needed."""
 
 
 def client_server_failed(stderr: str) -> bool:
@@ -535,12 +543,13 @@ class NetnsCluster:
 
     def node_environment(self, machine: Machine) -> dict[str, str]:
         """What a Ray node's processes (and so every actor on it) run with: the token file,
-        and no drain on SIGTERM."""
+        no drain on SIGTERM, and gRPC's fork handlers off (:data:`NODE_FORK_SAFE`)."""
         return machine.environment(
             {
                 "RAY_AUTH_MODE": "token",
                 "RAY_AUTH_TOKEN_PATH": str(self.token_path),
                 "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0",
+                **NODE_FORK_SAFE,
                 **self.ray_env,
             }
         )

@@ -179,3 +179,42 @@ def test_rays_raylet_notices_go_to_stderr_not_into_json_on_stdout(monkeypatch, c
     worker.print_to_stdstream({"lines": [notice], "pid": "raylet", "is_err": False}, False)
     out, err = capsys.readouterr()
     assert out == "" and notice in err
+
+
+def test_a_head_that_starts_no_client_server_is_asked_again_then_named_in_the_error():
+    failed = ConnectionAbortedError(
+        "Initialization failure from server:\nRuntimeError: Starting Ray client server failed."
+    )
+    calls: list[str] = []
+
+    def init_failing(times: int):
+        def init(address: str, **kwargs: object) -> None:
+            calls.append(address)
+            if len(calls) <= times:
+                raise failed
+
+        return init
+
+    # Refused twice, then a server: the third connection is the session.
+    _connect._join("ray://10.0.0.5:10001", {}, init_failing(2), lambda: None)
+    assert len(calls) == _connect.CLIENT_SERVER_TRIES == 3
+    # Refused every time: the last refusal is the error, with a hint that names the head.
+    calls.clear()
+    with pytest.raises(ConnectionAbortedError):
+        _connect._join("ray://10.0.0.5:10001", {}, init_failing(99), lambda: None)
+    assert len(calls) == 3
+    hint = _connect._connect_hint("ray://10.0.0.5:10001", {}, str(failed))
+    assert "head could not start a Ray Client server" in hint
+    assert "GRPC_ENABLE_FORK_SUPPORT=0" in hint and "cannot be reached" not in hint
+    # Any other refusal (or a GCS address) is not made again.
+    calls.clear()
+
+    def refused(address: str, **kwargs: object) -> None:
+        calls.append(address)
+        raise ConnectionError("timed out")
+
+    with pytest.raises(ConnectionError):
+        _connect._join("ray://10.0.0.5:10001", {}, refused, lambda: None)
+    with pytest.raises(ConnectionAbortedError):
+        _connect._join("10.0.0.5:6379", {}, init_failing(99), lambda: None)
+    assert len(calls) == 2

@@ -128,6 +128,7 @@ def test_launcher_starts_ray_with_client_port_autoscaler_and_no_dashboard(launch
 
 def test_launcher_turns_usage_stats_off_on_every_node(launcher):
     assert "-e RAY_USAGE_STATS_ENABLED=0" in launcher["docker"]["run_options"]
+    assert "-e GRPC_ENABLE_FORK_SUPPORT=0" in launcher["docker"]["run_options"]
     for key in ("head_start_ray_commands", "worker_start_ray_commands"):
         assert "--disable-usage-stats" in commands(launcher, key), key
 
@@ -188,6 +189,7 @@ def test_kuberay_turns_usage_stats_off_in_every_container(kuberay):
     ]
     for env in envs:
         assert {"name": "RAY_USAGE_STATS_ENABLED", "value": "0"} in env
+        assert {"name": "GRPC_ENABLE_FORK_SUPPORT", "value": "0"} in env
 
 
 # -- the image -------------------------------------------------------------------------------
@@ -216,3 +218,4 @@ def test_readme_dockerfile_builds_that_image_from_rays_image_with_clonefleet_ins
     installs = re.findall(r"RUN pip install ([^\n&;]*)", dockerfile)
     assert any("clonefleet" in args for args in installs), "the Dockerfile pip-installs clonefleet"
     assert "RAY_USAGE_STATS_ENABLED=0" in dockerfile
+    assert "GRPC_ENABLE_FORK_SUPPORT=0" in dockerfile
