@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from clonefleet.cluster._connect import (
+    CLIENT_PROBE_S,
     SCHEDULER_NAME,
     ClusterConfig,
     ClusterSession,
     cluster_unreachable,
     named_actor_exists,
+    through_client,
 )
 from clonefleet.cluster._runtime import remote_runtime_env
 from clonefleet.errors import ClonefleetError, ClusterError, SchedulerUnavailable, UsageError
@@ -101,6 +104,8 @@ def ray_wait(ref: Any, timeout_s: float) -> Any:
     from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
     try:
+        if through_client():
+            return _client_get(ref, timeout_s)
         return ray.get(ref, timeout=timeout_s)
     except GetTimeoutError:
         _unless_cluster_gone()
@@ -121,6 +126,49 @@ def ray_wait(ref: Any, timeout_s: float) -> Any:
             f"the scheduler actor is gone ({type(exc).__name__}: {detail}); the next Fleet or "
             "`clonefleet run --detach` starts a new one"
         ) from None
+
+
+CLIENT_SLACK_S = 3.0
+"""How long past its own timeout a ``ray.get`` through Ray Client may take before the head's
+port is tried: cut off, the get would hang until gRPC gives up (about 2 minutes)."""
+CLIENT_PATIENCE_S = 30.0
+"""How much longer it is waited for while the head's port still answers."""
+
+
+def _client_get(ref: Any, timeout_s: float) -> Any:
+    """``ray.get(ref, timeout=timeout_s)`` through Ray Client, kept to its deadline when the
+    network to the head is cut: the get runs on a thread of its own; once it is
+    :data:`CLIENT_SLACK_S` late, the head's port is tried every few seconds, and a port that
+    does not answer ends the call with :class:`ClusterError` (the thread is left to Ray).
+
+    Raises:
+        ClusterError: the head cannot be reached.
+        NoAnswer: still no answer :data:`CLIENT_PATIENCE_S` later, the port answering.
+    """
+    import ray
+
+    done = threading.Event()
+    outcome: list[Any] = []
+
+    def get() -> None:
+        try:
+            outcome.append((True, ray.get(ref, timeout=timeout_s)))
+        except BaseException as exc:  # handed to the caller's thread as it is
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=get, name="clonefleet-client-get", daemon=True).start()
+    late = time.monotonic() + timeout_s + CLIENT_SLACK_S + CLIENT_PATIENCE_S
+    if not done.wait(timeout_s + CLIENT_SLACK_S):
+        while not done.wait(CLIENT_PROBE_S):
+            _unless_cluster_gone()
+            if time.monotonic() > late:
+                raise NoAnswer
+    ok, value = outcome[0]
+    if ok:
+        return value
+    raise value
 
 
 def _unless_cluster_gone() -> None:

@@ -39,6 +39,7 @@ __all__ = [
     "ClusterSession",
     "loopback_environment",
     "cluster_unreachable",
+    "through_client",
     "named_actor_exists",
     "stop_current_session",
 ]
@@ -283,8 +284,9 @@ about 5 s for the missing GCS (the rest goes on in the background)."""
 
 
 def _gcs_refuses(address: str | None, timeout_s: float = GCS_PROBE_S) -> str | None:
-    """Why the GCS at ``address`` does not accept a TCP connection, or ``None`` when it does
-    (or when there is no address to try)."""
+    """Why ``address`` (``HOST:PORT``: a GCS, or a Ray Client endpoint) does not accept a TCP
+    connection within ``timeout_s``, or ``None`` when it does (or when there is no address to
+    try)."""
     if not address or "://" in address:
         return None
     host, _, port = address.rpartition(":")
@@ -292,13 +294,45 @@ def _gcs_refuses(address: str | None, timeout_s: float = GCS_PROBE_S) -> str | N
         with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
             return None
     except (OSError, ValueError) as exc:
+        if isinstance(exc, TimeoutError | socket.timeout):
+            return f"no answer within {timeout_s:g} s"
         return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or "timeout"
+
+
+CLIENT_CONNECT_S = 10.0
+"""How long the head's Ray Client port gets to accept a TCP connection before a ``ray://``
+session is started: past it the command fails saying the cluster cannot be reached (Ray Client
+itself would try for about 30 s, then say only "connection timeout")."""
+CLIENT_PROBE_S = 2.0
+"""How long it gets when a call through a connected ``ray://`` session has had no answer in
+its time."""
+
+
+def client_endpoint(address: str | None) -> str | None:
+    """``HOST:PORT`` of a ``ray://`` address (Ray Client's port 10001 when none is given), or
+    ``None`` for any other address."""
+    if not address or not address.startswith("ray://"):
+        return None
+    rest = address[len("ray://") :].split("/", 1)[0]
+    host, sep, port = rest.rpartition(":")
+    return rest if sep and port.isdigit() and host else f"{rest}:10001"
+
+
+def client_unreachable_message(endpoint: str, why: str) -> str:
+    """What a command through Ray Client says when the head's port does not answer."""
+    return (
+        f"the cluster at ray://{endpoint} cannot be reached from here (a TCP connection to "
+        f"{endpoint}: {why}): the network between this machine and the head is down, or the "
+        "head is gone. Jobs already on the cluster go on; once it can be reached, `clonefleet "
+        "jobs` and `clonefleet events` read them"
+    )
 
 
 def cluster_unreachable() -> str | None:
     """When this process's joined cluster can no longer be reached (its GCS refuses
-    connections: the cluster was stopped or its head is gone), a message saying so; else
-    ``None`` (also for an embedded instance, which lives as long as this process).
+    connections: the cluster was stopped or its head is gone; or, through Ray Client, the
+    head's port does not answer), a message saying so; else ``None`` (also for an embedded
+    instance, which lives as long as this process).
 
     Ray itself would retry for 60 s and then end the process with its own log line.
     """
@@ -308,7 +342,15 @@ def cluster_unreachable() -> str | None:
                 f"the cluster at {session.gcs_address} cannot be reached (its GCS: {why}); it "
                 "was stopped (`clonefleet cluster down`) or its head node is gone"
             )
+        endpoint = session.client_endpoint
+        if endpoint and (why := _gcs_refuses(endpoint, CLIENT_PROBE_S)) is not None:
+            return client_unreachable_message(endpoint, why)
     return None
+
+
+def through_client() -> bool:
+    """Whether this process's session is a ``ray://`` one (Ray Client)."""
+    return any(session.client_endpoint for session in _current)
 
 
 def _join(
@@ -364,6 +406,8 @@ class ClusterSession:
         self._temp_dir: Path | None = None
         self.gcs_address: str | None = None
         """The GCS address of the cluster joined (``None``: embedded, or through Ray Client)."""
+        self.client_endpoint: str | None = None
+        """``HOST:PORT`` of the head's Ray Client server, for a ``ray://`` session."""
 
     @property
     def address(self) -> str | None:
@@ -386,6 +430,9 @@ class ClusterSession:
         _keep_loopback_if_imported_early(address)
         _no_signal_dumps()
         _ray_notices_to_stderr()
+        endpoint = client_endpoint(address)
+        if endpoint and (why := _gcs_refuses(endpoint, CLIENT_CONNECT_S)) is not None:
+            raise ClusterError(f"cannot reach Ray: {client_unreachable_message(endpoint, why)}")
         auth = _auth_environment(address)
         self._restore_env = _set_auth_environment(auth)
         kwargs: dict[str, Any] = {
@@ -415,6 +462,7 @@ class ClusterSession:
             self._put_back_environment()
             raise
         self._owns = True
+        self.client_endpoint = endpoint
         _current.append(self)
         return self
 
@@ -466,9 +514,12 @@ class ClusterSession:
             return
         import ray
 
-        if self.gcs_address and _gcs_refuses(self.gcs_address) is not None:
-            # The cluster is gone: Ray's disconnect would wait for its GCS. Once disconnected
-            # (at once), the rest of Ray's shutdown may finish in the background.
+        gone = self.gcs_address and _gcs_refuses(self.gcs_address) is not None
+        if not gone and self.client_endpoint:
+            gone = _gcs_refuses(self.client_endpoint, CLIENT_PROBE_S) is not None
+        if gone:
+            # The cluster is gone (or out of reach): Ray's disconnect would wait for it. Once
+            # disconnected (at once), the rest of Ray's shutdown may finish in the background.
             quit_ray = threading.Thread(target=ray.shutdown, daemon=True)
             quit_ray.start()
             quit_ray.join(GONE_SHUTDOWN_S)

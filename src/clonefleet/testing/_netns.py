@@ -63,6 +63,9 @@ again (:meth:`NetnsCluster.node_ids` does; see :func:`client_server_failed`). Th
 a forked child aborted by gRPC, is kept off by :data:`NODE_FORK_SAFE`."""
 
 
+NOWHERE = "02:00:00:00:00:01"
+"""A locally administered MAC address that no machine of a harness has (their veths get random
+ones): what :meth:`NetnsCluster.cut_between` sends a cut pair's packets to."""
 NODE_FORK_SAFE = {"GRPC_ENABLE_FORK_SUPPORT": "0"}
 """Environment of every node's processes: without it, the head's Ray Client proxy (a Python
 gRPC server) forks to start each client's server and gRPC's after-fork handler restarts its
@@ -644,6 +647,28 @@ class NetnsCluster:
         """Put machine ``name`` back on the network."""
         self._ip("-n", self.switch, "link", "set", f"p-{self.machines[name].name}", "up")
 
+    def cut_between(self, name: str, others: Sequence[str]) -> None:
+        """Cut machine ``name`` off from each of ``others`` only (both ways), the rest of the
+        network untouched: each side's neighbour entry for the other points at an address no
+        machine has, so their packets are dropped, and new connections time out, as on a real
+        partition."""
+        for a, b in self._pairs(name, others):
+            self._ip("-n", a.netns, "neigh", "replace", b.ip, "lladdr", NOWHERE, "nud",
+                     "permanent", "dev", "eth0")  # fmt: skip
+
+    def heal_between(self, name: str, others: Sequence[str]) -> None:
+        """Undo :meth:`cut_between`: the machines find each other again (ARP)."""
+        for a, b in self._pairs(name, others):
+            self._ip("-n", a.netns, "neigh", "del", b.ip, "dev", "eth0")
+
+    def _pairs(self, name: str, others: Sequence[str]) -> list[tuple[Machine, Machine]]:
+        one = self.machines[name]
+        pairs = []
+        for other in others:
+            two = self.machines[other]
+            pairs += [(one, two), (two, one)]
+        return pairs
+
     # -- the simulated provider -----------------------------------------------------------
 
     def serve_provider(self, *args: str, timeout_s: float = 30.0) -> str:
@@ -662,6 +687,7 @@ class NetnsCluster:
             *serve, "--port", str(port), *args, stdout=log, stderr=log
         )
         relay = [sys.executable, str(_TOOLS), "relay", model.ip, str(PROVIDER_PORT), str(port)]
+        relay.append(str(model.root / "sources.json"))
         self._nodes["relay"] = model.popen(*relay, stdout=log, stderr=log)
         url = f"http://{model.ip}:{PROVIDER_PORT}"
         deadline = time.monotonic() + timeout_s
@@ -697,6 +723,18 @@ class NetnsCluster:
             self.provider_url.removesuffix("/v1") + "/sim/stats"
         )
         return stats
+
+    def provider_sources(self) -> dict[str, dict[str, float]]:
+        """The model requests each machine sent (by name) and when its last one came
+        (``time.time()``), as the relay in front of the provider counts them (0.2 s late at
+        most)."""
+        path = self.model.root / "sources.json"
+        try:
+            counts: dict[str, dict[str, float]] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+        names = {m.ip: m.name for m in self.machines.values()}
+        return {names.get(ip, ip): seen for ip, seen in counts.items()}
 
     def write_config(
         self, extra: str = "", *, machine: Machine | None = None, name: str = "config.yaml"

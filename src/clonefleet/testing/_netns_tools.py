@@ -10,15 +10,18 @@ stopped, or died in any way, SIGKILL included), then do the same teardown.
 ``init``: the first process of a machine's PID namespace: it reaps the processes left to it
 (their parents gone) until it is killed, which ends every process of that namespace.
 
-``relay LISTEN_HOST PORT TARGET_PORT``: forward TCP connections made to ``LISTEN_HOST:PORT`` to
-``127.0.0.1:TARGET_PORT`` in the same network namespace (the simulated provider binds loopback
-only; the relay lets the other machines reach it at its machine's address).
+``relay LISTEN_HOST PORT TARGET_PORT [SOURCES_FILE]``: forward TCP connections made to
+``LISTEN_HOST:PORT`` to ``127.0.0.1:TARGET_PORT`` in the same network namespace (the simulated
+provider binds loopback only; the relay lets the other machines reach it at its machine's
+address); with ``SOURCES_FILE``, keep there, as JSON, the requests each source address sent and
+when its last one came.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -107,9 +110,22 @@ def init() -> None:
             pass
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+SOURCES_EVERY_S = 0.2
+"""How often the relay writes its per-source counts (``relay ... SOURCES_FILE``)."""
+
+
+async def _pipe(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    seen: dict[str, float] | None = None,
+) -> None:
+    """Copy ``reader`` to ``writer``; with ``seen`` (a source's counts), count each chunk that
+    starts an HTTP request (``POST `` or ``GET ``) and when the last one came."""
     try:
         while data := await reader.read(65536):
+            if seen is not None and data.startswith((b"POST ", b"GET ")):
+                seen["requests"] += 1
+                seen["last_at"] = time.time()
             writer.write(data)
             await writer.drain()
     except OSError:
@@ -119,14 +135,29 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             writer.close()
 
 
-async def _relay(host: str, port: int, target: int) -> None:
+def _write_json(path: str, value: object) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as out:
+        json.dump(value, out)
+    os.replace(path + ".tmp", path)
+
+
+async def _relay(host: str, port: int, target: int, sources_file: str | None = None) -> None:
+    sources: dict[str, dict[str, float]] = {}
+
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        seen = sources.setdefault(str(peer[0]) if peer else "?", {"requests": 0, "last_at": 0.0})
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target)
         except OSError:
             writer.close()
             return
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        await asyncio.gather(_pipe(reader, up_writer, seen), _pipe(up_reader, writer))
+
+    async def write_sources() -> None:
+        while sources_file:
+            await asyncio.to_thread(_write_json, sources_file, dict(sources))
+            await asyncio.sleep(SOURCES_EVERY_S)
 
     server = await asyncio.start_server(serve, host, port, backlog=1024)
     print(f"relaying {host}:{port} to 127.0.0.1:{target}", flush=True)  # noqa: T201
@@ -134,8 +165,10 @@ async def _relay(host: str, port: int, target: int) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    writing = asyncio.create_task(write_sources())
     async with server:
         await stop.wait()
+    writing.cancel()
 
 
 def main(argv: list[str]) -> int:
@@ -149,8 +182,8 @@ def main(argv: list[str]) -> int:
         return 0
     if argv == ["init"]:
         init()
-    if len(argv) == 4 and argv[0] == "relay":
-        asyncio.run(_relay(argv[1], int(argv[2]), int(argv[3])))
+    if len(argv) in (4, 5) and argv[0] == "relay":
+        asyncio.run(_relay(argv[1], int(argv[2]), int(argv[3]), *argv[4:]))
         return 0
     print(__doc__, file=sys.stderr)  # noqa: T201
     return 2

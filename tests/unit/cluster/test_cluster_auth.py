@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from clonefleet.cluster import _connect, _local
+from clonefleet.errors import ClusterError
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -218,3 +219,24 @@ def test_a_head_that_starts_no_client_server_is_asked_again_then_named_in_the_er
     with pytest.raises(ConnectionAbortedError):
         _connect._join("10.0.0.5:6379", {}, init_failing(99), lambda: None)
     assert len(calls) == 2
+
+
+def test_client_endpoints_of_ray_client_addresses():
+    assert _connect.client_endpoint("ray://10.0.0.5:10001") == "10.0.0.5:10001"
+    assert _connect.client_endpoint("ray://head.internal") == "head.internal:10001"
+    assert _connect.client_endpoint("ray://10.0.0.5:2345/extra") == "10.0.0.5:2345"
+    assert _connect.client_endpoint("10.0.0.5:6379") is None
+    assert _connect.client_endpoint(None) is None
+
+
+def test_a_ray_client_address_that_does_not_answer_fails_at_once_saying_so():
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    session = _connect.ClusterSession(_connect.ClusterConfig(address=f"ray://127.0.0.1:{port}"))
+    with pytest.raises(ClusterError) as failed:
+        session.start()
+    text = str(failed.value)
+    assert f"ray://127.0.0.1:{port} cannot be reached from here" in text
+    assert "Jobs already on the cluster go on" in text
+    assert not _connect.through_client() and not session._owns
