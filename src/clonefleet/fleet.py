@@ -24,7 +24,9 @@ from clonefleet.cluster import (
     WAIT_MARGIN_S,
     ClusterSession,
     call_with_deadline,
+    client_step,
     connect_client,
+    connecting_step,
     positive_seconds,
     ray_wait,
     resolve_address,
@@ -200,9 +202,15 @@ class Fleet:
             else durability.journal_dir
         )
         self.journal_dir: str | None = str(folder) if session.embedded and folder else None
-        handle = get_or_create_scheduler(
-            cap, journal_dir=folder, durability=durability, cluster=self.config.cluster
-        )
+        try:
+            handle = connecting_step(
+                lambda: get_or_create_scheduler(
+                    cap, journal_dir=folder, durability=durability, cluster=self.config.cluster
+                )
+            )
+        except BaseException:
+            session.stop()
+            raise
         self._attach(handle, session, wait=ray_wait, clock=time.monotonic, sleep=time.sleep)
         start_s = self.call_timeout_s if existed else max(self.call_timeout_s, START_TIMEOUT_S)
         start_s = max(start_s - (self._clock() - begun), MIN_FIRST_CALL_S)
@@ -296,7 +304,9 @@ class Fleet:
         if timeout_s is None:
             timeout_s = self.call_timeout_s if wait_s is None else wait_s + self.wait_margin_s
         return call_with_deadline(
-            lambda seconds_left: self._wait(call(self._sched), seconds_left()),
+            lambda seconds_left: self._wait(
+                client_step(lambda: call(self._sched), seconds_left()), seconds_left()
+            ),
             timeout_s,
             idempotent=idempotent,
             clock=self._clock,
@@ -446,7 +456,9 @@ class Fleet:
             self._inbox_handle = self._ask(lambda s: s.inbox.remote(limits))
         inbox = self._inbox_handle
         return call_with_deadline(
-            lambda seconds_left: self._wait(call(inbox), seconds_left()),
+            lambda seconds_left: self._wait(
+                client_step(lambda: call(inbox), seconds_left()), seconds_left()
+            ),
             self.call_timeout_s,
             idempotent=idempotent,
             clock=self._clock,

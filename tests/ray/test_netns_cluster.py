@@ -251,6 +251,9 @@ def test_the_dashboard_on_the_client_shows_the_clusters_batches(net):
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # "clonefleet dashboard: URL (Ctrl-C stops)"
+        if not line:  # it ended before serving: say why
+            _, err = proc.communicate(timeout=30)
+            pytest.fail(f"the dashboard ended (exit {proc.returncode}): {err[-3000:]}")
         assert line.startswith("clonefleet dashboard: http://127.0.0.1:"), line
         url = line.split()[2]
         deadline = time.monotonic() + 60

@@ -1,9 +1,12 @@
 """Partitions on a cluster of separate machines (``clonefleet.testing.NetnsCluster``): a worker
 cut for less than Ray's node-death timeout (nothing restarts), a worker cut past it and healed
-(its clones restart on the others), and the client cut from the head (its commands fail, the
-batch goes on, and once healed the client reads every result). Each scenario measures the time
+(its clones restart on the others), the client cut from the head (its commands fail, the
+batch goes on, and once healed the client reads every result) and the head cut from the
+workers (their clones restart on the head, none ends twice). Each scenario measures the time
 to detect and to recover, the model requests repeated, and the jobs lost and doubled (both must
-be 0); the figures are in docs/cluster.md, "Partitions".
+be 0). Messages are sent as each partition begins (to the cut worker's clones; from the cut
+client): each ends delivered once or undelivered, never twice. The figures are in
+docs/cluster.md, "Partitions".
 
 One cluster for the module, its node-death timeout shortened to 5 failed health checks of at
 most 1 s each, 1 s apart (Ray's defaults: about a minute). Skips or fails as
@@ -12,6 +15,7 @@ most 1 s each, 1 s apart (Ray's defaults: about a minute). Skips or fails as
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import subprocess
@@ -19,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -65,19 +70,35 @@ WAIT_LIMIT_S = 45.0
 # On the client machine: submit a batch through Ray Client, then read its job table every
 # 0.2 s (one JSON line each) until every job has ended, then count each job's result events.
 MONITOR = """
-import json, sys, time
+import json, queue, sys, threading, time
+import ray
 from clonefleet import Fleet
 
 fleet = Fleet(sys.argv[1], config=sys.argv[2])
 batch = fleet.spawn("general-purpose", "partition {{ clone.index }}", count=int(sys.argv[3]))
 print(json.dumps({"batch": batch.batch_id}), flush=True)
+asked = queue.Queue()  # job ids to send a message to, one JSON list a line on stdin
+threading.Thread(target=lambda: [asked.put(json.loads(x)) for x in sys.stdin], daemon=True).start()
+sent = {}  # job id: [delivery id, most copies seen in its context, copies in the last look]
 ended = ("completed", "failed", "cancelled")
 while True:
+    while not asked.empty():
+        for job in asked.get():
+            try:
+                sent[job] = [fleet.message(job, "note " + job)["delivery_id"], 0, 0]
+            except Exception as exc:
+                print(json.dumps({"t": time.time(), "error": str(exc)[:300]}), flush=True)
     try:
         jobs = fleet.list_jobs(batch=batch.batch_id)["jobs"]
+        looks = ray.get([fleet._sched.checkpoint_of.remote(j) for j in sent], timeout=10)
     except Exception as exc:
         print(json.dumps({"t": time.time(), "error": str(exc)[:300]}), flush=True)
         continue
+    for job, state in zip(list(sent), looks):
+        if state:
+            texts = [m.get("content") for m in state.get("messages", []) if m.get("role") == "user"]
+            copies = sum(1 for t in texts if isinstance(t, str) and ("note " + job) in t)
+            sent[job][1], sent[job][2] = max(sent[job][1], copies), copies
     rows = {
         j["job_id"]: [j["status"], j["node"], j["restarts"], (j["progress"] or {}).get("summary")]
         for j in jobs
@@ -96,7 +117,11 @@ while True:
     if page["cursor"] == cursor:
         break
     cursor = page["cursor"]
-print(json.dumps({"results": results}), flush=True)
+messages = {
+    job: {"status": fleet.delivery(d)["status"], "most_seen": most, "last_seen": last}
+    for job, (d, most, last) in sent.items()
+}
+print(json.dumps({"results": results, "messages": messages}), flush=True)
 fleet.close()
 """
 
@@ -108,7 +133,7 @@ class Monitor:
         config = str(net.client.home / "config.yaml")
         self.proc = net.client.popen(
             sys.executable, "-c", MONITOR, net.client_address, config, str(COUNT),
-            env=net.client_env(),
+            env=net.client_env(), stdin=subprocess.PIPE,
         )  # fmt: skip
         self.lines: list[dict[str, Any]] = []
         self.changed = threading.Condition()
@@ -141,11 +166,19 @@ class Monitor:
                 assert left > 0, self.lines[-3:]
                 self.changed.wait(min(left, 0.05))
 
-    def finish(self, timeout_s: float) -> dict[str, int]:
+    def message(self, job_ids: list[str]) -> None:
+        """Have the client send a message to each of ``job_ids`` (at once, one by one)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(job_ids) + "\n")
+        self.proc.stdin.flush()
+
+    def finish(self, timeout_s: float) -> dict[str, Any]:
+        """The batch's end: ``results`` (each job's result events) and ``messages`` (what
+        became of each message sent: its delivery's status, and the most copies of it seen in
+        its clone's context, in any look and in the last)."""
         line = self.wait_for(lambda line: "results" in line, timeout_s)
         self.proc.wait(timeout=30)
-        counts: dict[str, int] = line["results"]
-        return counts
+        return line
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -196,6 +229,8 @@ def _scenario(net: NetnsCluster, victim: str, cut_s: float | None) -> dict[str, 
     try:
         first = monitor.wait_for(lambda line: len(_on(line, node)) >= 3, 120)
         there = set(_on(first, node))
+        monitor.message(sorted(there))  # their deliveries are under way as the link goes down
+        _hold(0.4)
         cut_at = time.time()
         net.cut(victim)
         detected_at = None
@@ -230,10 +265,11 @@ def _scenario(net: NetnsCluster, victim: str, cut_s: float | None) -> dict[str, 
                 return all(jobs[j][0] == "completed" or jobs[j][3] != at_heal[j][3] for j in there)
 
             recovered_at = monitor.wait_for(back, 90)["t"] - healed_at
-        results = monitor.finish(150)
+        end = monitor.finish(150)
         last = next(line for line in reversed(monitor.lines) if "jobs" in line)
     finally:
         monitor.close()
+    results, messages = end["results"], end["messages"]
     requests = net.provider_stats()["requests"] - before
     statuses = [row[0] for row in last["jobs"].values()]
     measured = {
@@ -248,23 +284,55 @@ def _scenario(net: NetnsCluster, victim: str, cut_s: float | None) -> dict[str, 
         "completed": statuses.count("completed"),
         "lost": sum(1 for j in last["jobs"] if results.get(j, 0) == 0),
         "doubled": sum(1 for n in results.values() if n > 1),
+        "messages": _deliveries(messages, len(there)),
     }
     MEASURED.append(measured)
     print(json.dumps(measured))
     return measured
 
 
+def _deliveries(messages: dict[str, dict[str, Any]], sent: int) -> dict[str, int]:
+    """What became of the messages sent as the partition began: ``delivered`` (its delivery
+    says so and its clone's context held it once), ``undelivered`` (its job ended first: its
+    context never held it), ``twice`` and ``wrong`` (any other ending; both must be 0)."""
+    out = {"sent": sent, "delivered": 0, "undelivered": 0, "twice": 0, "wrong": 0}
+    for seen in messages.values():
+        if seen["most_seen"] > 1:
+            out["twice"] += 1
+        elif seen["status"] == "delivered" and seen["most_seen"] == 1:
+            out["delivered"] += 1
+        elif seen["status"] == "undelivered" and seen["most_seen"] == 0:
+            out["undelivered"] += 1
+        else:
+            out["wrong"] += 1
+    out["wrong"] += sent - len(messages)  # a message the client could not send
+    return out
+
+
+def _delivered_once(got: dict[str, Any]) -> bool:
+    seen = got["messages"]
+    return seen["twice"] == 0 and seen["wrong"] == 0 and seen["sent"] > 0
+
+
 def test_a_worker_cut_for_less_than_the_node_timeout_restarts_nothing(net):
     got = _scenario(net, "w1", cut_s=2.0)  # under the 5 checks' 5 s at least
     assert got["completed"] == COUNT and got["lost"] == 0 and got["doubled"] == 0, got
+    assert _delivered_once(got), got
     assert got["restarted"] == 0, got
 
 
 def test_a_worker_cut_past_the_node_timeout_has_its_clones_restarted_elsewhere(net):
     got = _scenario(net, "w2", cut_s=None)
     assert got["completed"] == COUNT and got["lost"] == 0 and got["doubled"] == 0, got
+    assert _delivered_once(got), got
     assert got["restarted"] >= got["clones_there"] > 0, got
     assert got["detect_s"] is not None and got["detect_s"] < 30, got
+
+
+def _end_of(proc: subprocess.Popen[str], since: float) -> tuple[float, int | None, str]:
+    """When ``proc`` ended (seconds after ``since``), its exit status and its stderr."""
+    _, err = proc.communicate()
+    return time.monotonic() - since, proc.returncode, err
 
 
 def test_a_client_cut_from_the_head_fails_its_commands_and_reads_every_result_once_healed(net):
@@ -276,7 +344,8 @@ def test_a_client_cut_from_the_head_fails_its_commands_and_reads_every_result_on
         "--detach", "--address", address, "--config", config, "--json", env=net.client_env(),
     )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    batch = json.loads(run.stdout)["batch_id"]
+    submitted = json.loads(run.stdout)
+    batch, long_job = submitted["batch_id"], submitted["job_ids"][30]
     env = net.client_env()
     python = [sys.executable, "-m", "clonefleet"]
     # Connected before the cut: waiting for the batch (its call's deadline: 20 s plus 2 s), and
@@ -286,6 +355,11 @@ def test_a_client_cut_from_the_head_fails_its_commands_and_reads_every_result_on
         *python, "jobs", "wait", batch, "--timeout", "20", "--address", address, env=env
     )
     following = client.popen(*python, "events", batch, "--follow", "--address", address, env=env)
+    # Under way as the client is cut: a message to the long clone (delivered once, or never).
+    note = "sent as the client is cut"
+    sending = client.popen(
+        *python, "message", long_job, note, "--address", address, "--json", env=env
+    )
     assert following.stdout is not None
     assert following.stdout.readline(), following.stderr.read()[-3000:]  # type: ignore[union-attr]
     cut_at = time.monotonic()
@@ -296,19 +370,24 @@ def test_a_client_cut_from_the_head_fails_its_commands_and_reads_every_result_on
             "jobs", "list", "--address", address, "--json", env=env, timeout=150
         )
         ended["fresh"] = (time.monotonic() - cut_at, fresh.returncode, fresh.stderr)
-        for name, proc in (("following", following), ("waiting", waiting)):
-            try:  # neither is waited for past WAIT_LIMIT_S
-                _, err = proc.communicate(
-                    timeout=max(1.0, WAIT_LIMIT_S - (time.monotonic() - cut_at))
-                )
-            except subprocess.TimeoutExpired:
-                client.kill(proc)
-                _, err = proc.communicate()
-            ended[name] = (time.monotonic() - cut_at, proc.returncode, err)
+        # Each followed to its end at once (its output read as it comes), none past
+        # WAIT_LIMIT_S from the cut.
+        procs = {"sending": sending, "following": following, "waiting": waiting}
+        with ThreadPoolExecutor(len(procs)) as pool:
+            ends = {name: pool.submit(_end_of, proc, cut_at) for name, proc in procs.items()}
+            concurrent.futures.wait(
+                ends.values(), timeout=WAIT_LIMIT_S - (time.monotonic() - cut_at)
+            )
+            for name, proc in procs.items():
+                if not ends[name].done():
+                    client.kill(proc)
+            ended.update((name, end.result(timeout=30)) for name, end in ends.items())
+        if ended["sending"][1] == 0:
+            ended["sending"] = (*ended["sending"][:2], "")
     finally:
         net.heal("client")
         healed_at = time.monotonic()
-        for proc in (following, waiting):
+        for proc in (sending, following, waiting):
             with proc:
                 if proc.poll() is None:
                     client.kill(proc)
@@ -319,12 +398,15 @@ def test_a_client_cut_from_the_head_fails_its_commands_and_reads_every_result_on
         measured[f"{name}_error"] = err.strip().splitlines()[-1:]
     print(json.dumps(measured))
     # Each fails within its deadline, saying the cluster cannot be reached: a new command
-    # after the 10 s it gives the head's port, the connected ones a few seconds past their
-    # call's deadline (the port is tried every 2 s once a call is 3 s late).
-    limits = {"fresh": 10 + 8.0, "following": 2.5 + 3 + 12.0, "waiting": 22 + 3 + 12.0}
+    # after the 10 s it gives the head's port, the connected ones within seconds, whatever
+    # their call's deadline (a call through Ray Client that has run 5 s tries the head's port
+    # every 2 s, each try given 2 s).
+    limits = {"fresh": 10 + 8.0, "following": 5 + 4 + 6.0, "waiting": 5 + 4 + 6.0}
+    limits["sending"] = limits["fresh"]  # connecting, or its one call (not made again)
     for name, limit in limits.items():
         took, rc, err = ended[name]
-        assert rc == 1 and "cannot be reached" in err and took < limit, (name, measured)
+        sent = name == "sending" and rc == 0  # it got through before the cut
+        assert sent or (rc == 1 and "cannot be reached" in err and took < limit), (name, measured)
     wait = ("jobs", "wait", batch, "--timeout", "120", "--address", address)
     waited = client.clonefleet(*wait, env=env, timeout=180)
     measured["read_after_heal_s"] = round(time.monotonic() - healed_at, 1)
@@ -340,6 +422,16 @@ def test_a_client_cut_from_the_head_fails_its_commands_and_reads_every_result_on
         if e["event"]["type"] == "result"
     ]
     assert len(results) == COUNT + 1 == len(set(results))  # none lost, none doubled
+    # The message: delivered once if the client was told it was queued, else at most once.
+    listed = client.clonefleet("jobs", "list", "--batch", batch, "--address", address, "--json",
+                               env=env)  # fmt: skip
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    long_record = next(j for j in json.loads(listed.stdout)["jobs"] if j["job_id"] == long_job)
+    measured["message"] = long_record["messages"]
+    print(json.dumps(measured))
+    assert sum(long_record["messages"].values()) <= 1, measured
+    if ended["sending"][1] == 0:
+        assert long_record["messages"]["delivered"] == 1, measured
     # The batch went on, no request made twice.
     assert net.provider_stats()["requests"] - before == COUNT * (TURNS + 1) + LONG + 1
     MEASURED.append(measured)
@@ -383,7 +475,7 @@ def test_the_head_cut_from_the_workers_past_the_timeout_ends_every_job_once(net)
             return all(jobs[j][0] == "completed" or jobs[j][1] not in (None, *away) for j in there)
 
         recovered_at = monitor.wait_for(back, 90)["t"]
-        results = monitor.finish(150)
+        results = monitor.finish(150)["results"]
         last = next(line for line in reversed(monitor.lines) if "jobs" in line)
     finally:
         monitor.close()

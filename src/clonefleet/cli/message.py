@@ -48,7 +48,16 @@ def cmd_message(args: argparse.Namespace) -> int:
                 out, args.json, f"{out['delivery_id']}: {out['status']} (job {out['job_id']})"
             )
             return EXIT_OK
-        out = fleet.message(args.job, args.text)
+        try:
+            out = fleet.message(args.job, args.text)
+        except ClusterError as exc:
+            # The request may have reached the inbox before the answer was lost: say how to
+            # find out (a message is never queued twice, and this command never sends again).
+            raise ClusterError(
+                f"{exc}. The message may have been queued before the connection was lost; "
+                f"`clonefleet jobs status {args.job} --json` shows the job's messages by status "
+                "once the cluster can be reached"
+            ) from None
         print_result(out, args.json, f"{out['delivery_id']}: {out['status']}")
         return EXIT_OK
     finally:

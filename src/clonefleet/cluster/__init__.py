@@ -10,7 +10,9 @@ from clonefleet.cluster._calls import START_TIMEOUT_S as START_TIMEOUT_S
 from clonefleet.cluster._calls import WAIT_MARGIN_S as WAIT_MARGIN_S
 from clonefleet.cluster._calls import NoAnswer as NoAnswer
 from clonefleet.cluster._calls import call_with_deadline as call_with_deadline
+from clonefleet.cluster._calls import client_step as client_step
 from clonefleet.cluster._calls import connect_client as connect_client
+from clonefleet.cluster._calls import connecting_step as connecting_step
 from clonefleet.cluster._calls import positive_seconds as positive_seconds
 from clonefleet.cluster._calls import ray_wait as ray_wait
 from clonefleet.cluster._connect import NAMESPACE as NAMESPACE
@@ -44,6 +46,8 @@ __all__ = [
     "NoAnswer",
     "cache_dir",
     "call_with_deadline",
+    "client_step",
+    "connecting_step",
     "cluster_down",
     "cluster_up",
     "connect_client",

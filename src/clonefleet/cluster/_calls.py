@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from clonefleet.cluster._connect import (
-    CLIENT_PROBE_S,
     SCHEDULER_NAME,
     ClusterConfig,
     ClusterSession,
+    StillRunning,
     cluster_unreachable,
+    current_client_endpoint,
     named_actor_exists,
     through_client,
+    while_reachable,
 )
 from clonefleet.cluster._runtime import remote_runtime_env
 from clonefleet.errors import ClonefleetError, ClusterError, SchedulerUnavailable, UsageError
@@ -32,10 +33,14 @@ __all__ = [
     "WAIT_MARGIN_S",
     "NoAnswer",
     "call_with_deadline",
+    "client_step",
+    "connecting_step",
     "connect_client",
     "positive_seconds",
     "ray_wait",
 ]
+
+T = TypeVar("T")
 
 CALL_TIMEOUT_S = 30.0
 """Default deadline of a control call (status, listing, cancel, submit) on the scheduler."""
@@ -128,47 +133,68 @@ def ray_wait(ref: Any, timeout_s: float) -> Any:
         ) from None
 
 
+CLIENT_QUIET_S = 5.0
+"""How long a step through Ray Client runs before the head's port is tried (then every
+:data:`~clonefleet.cluster._connect.CLIENT_PROBE_S`): cut off, a ``ray.get`` would hang until
+gRPC gives up (about 2 minutes), whatever its own timeout."""
 CLIENT_SLACK_S = 3.0
-"""How long past its own timeout a ``ray.get`` through Ray Client may take before the head's
-port is tried: cut off, the get would hang until gRPC gives up (about 2 minutes)."""
+"""How long past its own timeout a step through Ray Client may take (a ``ray.get`` through
+Ray Client answers a little after its timeout)."""
 CLIENT_PATIENCE_S = 30.0
 """How much longer it is waited for while the head's port still answers."""
 
 
 def _client_get(ref: Any, timeout_s: float) -> Any:
     """``ray.get(ref, timeout=timeout_s)`` through Ray Client, kept to its deadline when the
-    network to the head is cut: the get runs on a thread of its own; once it is
-    :data:`CLIENT_SLACK_S` late, the head's port is tried every few seconds, and a port that
-    does not answer ends the call with :class:`ClusterError` (the thread is left to Ray).
+    network to the head is cut (:func:`client_step`)."""
+    import ray
+
+    return client_step(lambda: ray.get(ref, timeout=timeout_s), timeout_s)
+
+
+def client_step(step: Callable[[], T], timeout_s: float) -> T:
+    """``step()``, a part of a call that may wait on the network through Ray Client (sending a
+    call on an actor handle whose methods Ray Client has not fetched yet, looking an actor up,
+    a ``ray.get``); simply run when this process is not connected through Ray Client.
+
+    Through Ray Client it runs on a thread of its own; once it has run
+    :data:`CLIENT_QUIET_S` (or ``timeout_s``, when shorter), the head's port is tried every
+    2 s, and a port that does not answer ends the call with :class:`ClusterError` (the thread
+    is left to Ray). A step still running :data:`CLIENT_SLACK_S` plus
+    :data:`CLIENT_PATIENCE_S` past ``timeout_s``, the port answering, is given up.
 
     Raises:
         ClusterError: the head cannot be reached.
-        NoAnswer: still no answer :data:`CLIENT_PATIENCE_S` later, the port answering.
+        NoAnswer: still no answer that long after ``timeout_s``, the port answering.
     """
-    import ray
+    endpoint = current_client_endpoint()
+    if endpoint is None:
+        return step()
+    try:
+        return while_reachable(
+            step,
+            endpoint,
+            quiet_s=min(timeout_s, CLIENT_QUIET_S),
+            give_up_s=timeout_s + CLIENT_SLACK_S + CLIENT_PATIENCE_S,
+        )
+    except StillRunning:
+        raise NoAnswer from None
 
-    done = threading.Event()
-    outcome: list[Any] = []
 
-    def get() -> None:
-        try:
-            outcome.append((True, ray.get(ref, timeout=timeout_s)))
-        except BaseException as exc:  # handed to the caller's thread as it is
-            outcome.append((False, exc))
-        finally:
-            done.set()
+def connecting_step(step: Callable[[], T], timeout_s: float = CALL_TIMEOUT_S) -> T:
+    """:func:`client_step` for a part of connecting (looking the scheduler up, creating it):
+    no answer in time is a :class:`ClusterError` saying so.
 
-    threading.Thread(target=get, name="clonefleet-client-get", daemon=True).start()
-    late = time.monotonic() + timeout_s + CLIENT_SLACK_S + CLIENT_PATIENCE_S
-    if not done.wait(timeout_s + CLIENT_SLACK_S):
-        while not done.wait(CLIENT_PROBE_S):
-            _unless_cluster_gone()
-            if time.monotonic() > late:
-                raise NoAnswer
-    ok, value = outcome[0]
-    if ok:
-        return value
-    raise value
+    Raises:
+        ClusterError: the head cannot be reached, or did not answer within ``timeout_s``.
+    """
+    try:
+        return client_step(step, timeout_s)
+    except NoAnswer:
+        raise ClusterError(
+            f"the cluster did not answer within {round(timeout_s, 1):g} s while this client "
+            "connected; it may be overloaded (`clonefleet cluster status` shows it)"
+        ) from None
 
 
 def _unless_cluster_gone() -> None:
@@ -231,7 +257,11 @@ def connect_client(
         return embedded, named_actor_exists(SCHEDULER_NAME)
     env = remote_runtime_env(ship_package=ship_package)
     joined = session(ClusterConfig(address=address, runtime_env=env)).start()
-    existed = named_actor_exists(SCHEDULER_NAME)
+    try:
+        existed = connecting_step(lambda: named_actor_exists(SCHEDULER_NAME))
+    except BaseException:
+        joined.stop()
+        raise
     if existed or ship_package:
         return joined, existed
     joined.stop()

@@ -18,11 +18,12 @@ import secrets
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from clonefleet.cluster._lean import lean_local_start
 from clonefleet.cluster._local import (
@@ -47,6 +48,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 NAMESPACE = "clonefleet"
+T = TypeVar("T")
+
 SCHEDULER_NAME = "scheduler"
 """The scheduler actor's name in :data:`NAMESPACE`."""
 
@@ -350,7 +353,7 @@ def cluster_unreachable() -> str | None:
 
 def through_client() -> bool:
     """Whether this process's session is a ``ray://`` one (Ray Client)."""
-    return any(session.client_endpoint for session in _current)
+    return current_client_endpoint() is not None
 
 
 def _join(
@@ -367,9 +370,16 @@ def _join(
 
     init = init or ray.init
     shutdown = shutdown or ray.shutdown
+    endpoint = client_endpoint(address)
     for attempt in range(1, CLIENT_SERVER_TRIES + 1):
         try:
-            init(address=address, **kwargs)
+            if endpoint:
+                try:
+                    while_reachable(lambda: init(address=address, **kwargs), endpoint)
+                except ClusterError as exc:
+                    raise ClusterError(f"cannot reach Ray: {exc}") from None
+            else:
+                init(address=address, **kwargs)
             return
         except ConnectionError as exc:  # ConnectionAbortedError, from Ray Client's init
             if "://" not in address or CLIENT_SERVER_FAILED not in str(exc):
@@ -379,6 +389,79 @@ def _join(
             log.warning("%s: no Ray Client server for this client; connecting again", address)
             with contextlib.suppress(Exception):
                 shutdown()
+
+
+class StillRunning(Exception):  # noqa: N818 - a signal to the caller of while_reachable
+    """:func:`while_reachable`'s step still ran at the end of its patience, the port
+    answering."""
+
+
+def while_reachable(
+    step: Callable[[], T],
+    endpoint: str,
+    *,
+    quiet_s: float = 0.0,
+    give_up_s: float | None = None,
+) -> T:
+    """``step()`` (something Ray Client does over the network: connecting, a ``ray.get``,
+    fetching an actor handle's methods) on a thread of its own, kept to a deadline when the
+    network to the head is cut: once ``quiet_s`` has passed without its end, the head's port
+    ``endpoint`` is tried every :data:`CLIENT_PROBE_S`. Cut off, Ray Client itself would wait
+    for gRPC to give up (a minute or more) and then say only that the connection timed out.
+
+    Raises:
+        ClusterError: the port stopped answering (the thread is left to Ray).
+        StillRunning: still running ``give_up_s`` after the start, the port answering.
+    """
+    done = threading.Event()
+    outcome: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            with _quiet_thread_init():
+                outcome.append((True, step()))
+        except BaseException as exc:  # handed to the caller's thread as it is
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    late = None if give_up_s is None else time.monotonic() + give_up_s
+    threading.Thread(target=run, name="clonefleet-client-step", daemon=True).start()
+    if not done.wait(quiet_s):
+        while not done.wait(CLIENT_PROBE_S):
+            if (why := _gcs_refuses(endpoint, CLIENT_PROBE_S)) is not None:
+                raise ClusterError(client_unreachable_message(endpoint, why))
+            if late is not None and time.monotonic() > late:
+                raise StillRunning
+    ok, value = outcome[0]
+    if ok:
+        return cast(T, value)
+    raise value
+
+
+class _NoThreadSigtermNotice(logging.Filter):
+    """Drops Ray's notice that ``ray.init`` on a thread other than the main one set no SIGTERM
+    handler: clonefleet keeps the caller's own handler anyway (:func:`_callers_sigterm_kept`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("SIGTERM handler is not set")
+
+
+@contextlib.contextmanager
+def _quiet_thread_init() -> Iterator[None]:
+    ray_worker_log = logging.getLogger("ray._private.worker")
+    notice = _NoThreadSigtermNotice()
+    ray_worker_log.addFilter(notice)
+    try:
+        yield
+    finally:
+        ray_worker_log.removeFilter(notice)
+
+
+def current_client_endpoint() -> str | None:
+    """``HOST:PORT`` of the head's Ray Client server when this process's session is a
+    ``ray://`` one, else ``None``."""
+    return next((s.client_endpoint for s in _current if s.client_endpoint), None)
 
 
 def stop_current_session() -> None:

@@ -12,6 +12,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -240,3 +241,31 @@ def test_a_ray_client_address_that_does_not_answer_fails_at_once_saying_so():
     assert f"ray://127.0.0.1:{port} cannot be reached from here" in text
     assert "Jobs already on the cluster go on" in text
     assert not _connect.through_client() and not session._owns
+
+
+def test_a_ray_client_connect_whose_head_stops_answering_fails_saying_so(monkeypatch):
+    monkeypatch.setattr(_connect, "CLIENT_PROBE_S", 0.05)
+    listening = socket.create_server(("127.0.0.1", 0))
+    port = listening.getsockname()[1]
+    tries: list[str] = []
+    released = threading.Event()
+
+    def init(address: str, **kwargs: object) -> None:  # Ray Client, never answered
+        tries.append(address)
+        listening.close()  # the head is cut off once the connection began
+        released.wait(10)
+
+    try:
+        with pytest.raises(ClusterError) as failed:
+            _connect._join(f"ray://127.0.0.1:{port}", {}, init, lambda: None)
+    finally:
+        released.set()
+    assert tries == [f"ray://127.0.0.1:{port}"]
+    assert f"ray://127.0.0.1:{port} cannot be reached from here" in str(failed.value)
+    # A connection that ends on its own is waited for, its error handed on as it is.
+    with pytest.raises(ConnectionRefusedError):
+        _connect._join("ray://127.0.0.1:1", {}, _refuse, lambda: None)
+
+
+def _refuse(address: str, **kwargs: object) -> None:
+    raise ConnectionRefusedError(address)
