@@ -151,16 +151,19 @@ class Monitor:
             self.lines.append({"exit": self.proc.wait()})
             self.changed.notify_all()
 
-    def wait_for(self, test: Any, timeout_s: float) -> dict[str, Any]:
-        """The first line from now on for which ``test(line)`` holds."""
+    def wait_for(
+        self, test: Any, timeout_s: float, since: int | None = None, every: bool = False
+    ) -> dict[str, Any]:
+        """The first job-table line (any line with ``every``) from now on, or from line
+        ``since`` on, for which ``test(line)`` holds."""
         deadline = time.monotonic() + timeout_s
-        seen = len(self.lines)
+        seen = len(self.lines) if since is None else since
         with self.changed:
             while True:
                 for line in self.lines[seen:]:
-                    assert "exit" not in line, self.proc.stderr.read()[-3000:]  # type: ignore[union-attr]
-                    if test(line):
+                    if (every or "jobs" in line) and test(line):
                         return line
+                    assert "exit" not in line, self.proc.stderr.read()[-3000:]  # type: ignore[union-attr]
                 seen = len(self.lines)
                 left = deadline - time.monotonic()
                 assert left > 0, self.lines[-3:]
@@ -176,7 +179,7 @@ class Monitor:
         """The batch's end: ``results`` (each job's result events) and ``messages`` (what
         became of each message sent: its delivery's status, and the most copies of it seen in
         its clone's context, in any look and in the last)."""
-        line = self.wait_for(lambda line: "results" in line, timeout_s)
+        line = self.wait_for(lambda line: "results" in line, timeout_s, since=0, every=True)
         self.proc.wait(timeout=30)
         return line
 
@@ -231,7 +234,7 @@ def _scenario(net: NetnsCluster, victim: str, cut_s: float | None) -> dict[str, 
         there = set(_on(first, node))
         monitor.message(sorted(there))  # their deliveries are under way as the link goes down
         _hold(0.4)
-        cut_at = time.time()
+        mark, cut_at = len(monitor.lines), time.time()
         net.cut(victim)
         detected_at = None
         try:
@@ -256,7 +259,7 @@ def _scenario(net: NetnsCluster, victim: str, cut_s: float | None) -> dict[str, 
                     jobs[j][0] == "completed" or jobs[j][1] not in (None, node) for j in there
                 )
 
-            recovered_at = monitor.wait_for(back, 90)["t"] - cut_at
+            recovered_at = monitor.wait_for(back, 90, since=mark)["t"] - cut_at
         else:  # recovered: every clone of the victim took a turn since the link came back
             at_heal = next(line for line in reversed(monitor.lines) if "jobs" in line)["jobs"]
 
@@ -291,11 +294,11 @@ def _scenario(net: NetnsCluster, victim: str, cut_s: float | None) -> dict[str, 
     return measured
 
 
-def _deliveries(messages: dict[str, dict[str, Any]], sent: int) -> dict[str, int]:
+def _deliveries(messages: dict[str, dict[str, Any]], sent: int) -> dict[str, Any]:
     """What became of the messages sent as the partition began: ``delivered`` (its delivery
     says so and its clone's context held it once), ``undelivered`` (its job ended first: its
     context never held it), ``twice`` and ``wrong`` (any other ending; both must be 0)."""
-    out = {"sent": sent, "delivered": 0, "undelivered": 0, "twice": 0, "wrong": 0}
+    out: dict[str, Any] = {"sent": sent, "delivered": 0, "undelivered": 0, "twice": 0, "wrong": 0}
     for seen in messages.values():
         if seen["most_seen"] > 1:
             out["twice"] += 1
@@ -305,8 +308,27 @@ def _deliveries(messages: dict[str, dict[str, Any]], sent: int) -> dict[str, int
             out["undelivered"] += 1
         else:
             out["wrong"] += 1
+            out.setdefault("odd", []).append(seen)
     out["wrong"] += sent - len(messages)  # a message the client could not send
     return out
+
+
+def _stuck(net: NetnsCluster, monitor: Monitor, there: set[str], away: set[str]) -> str:
+    """Why the jobs of ``there`` did not all run elsewhere: their rows in the latest job
+    table, and the latest events of three of those still on a node of ``away`` (or none)."""
+    last = next((line for line in reversed(monitor.lines) if "jobs" in line), {"jobs": {}})
+    rows = {j: last["jobs"].get(j) for j in sorted(there)}
+    stuck = [
+        j for j, row in rows.items() if row and row[0] != "completed" and row[1] in (None, *away)
+    ]
+    lines = [f"jobs not back {len(stuck)} of {len(there)}: {json.dumps(rows)}"]
+    for job in stuck[:3]:
+        got = net.client.clonefleet(
+            "events", job, "--address", net.client_address, "--json", env=net.client_env()
+        )
+        kinds = [json.loads(x)["event"] for x in got.stdout.splitlines()[-8:]]
+        lines.append(f"{job}: {json.dumps(kinds)[:1500]} {got.stderr[-500:]}")
+    return "\n".join(lines)
 
 
 def _delivered_once(got: dict[str, Any]) -> bool:
@@ -456,7 +478,7 @@ def test_the_head_cut_from_the_workers_past_the_timeout_ends_every_job_once(net)
 
         first = monitor.wait_for(spread, 120)
         there = {j for name in workers for j in _on(first, ids[name])}
-        cut_at = time.time()
+        mark, cut_at = len(monitor.lines), time.time()
         net.cut_between("head", workers)
         try:
 
@@ -474,7 +496,10 @@ def test_the_head_cut_from_the_workers_past_the_timeout_ends_every_job_once(net)
             jobs = line.get("jobs", {})
             return all(jobs[j][0] == "completed" or jobs[j][1] not in (None, *away) for j in there)
 
-        recovered_at = monitor.wait_for(back, 90)["t"]
+        try:
+            recovered_at = monitor.wait_for(back, 90, since=mark)["t"]
+        except AssertionError:
+            pytest.fail(_stuck(net, monitor, there, away))
         results = monitor.finish(150)["results"]
         last = next(line for line in reversed(monitor.lines) if "jobs" in line)
     finally:

@@ -10,6 +10,7 @@ nothing started).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -108,9 +109,23 @@ def entry() -> None:
     cannot be flushed) gets the ordinary exit.
     """
     code = main()
-    if _nothing_left_to_finish():
+    if _nothing_left_to_finish() or _cut_off_from_the_head():
         os._exit(code)
     raise SystemExit(code)
+
+
+def _cut_off_from_the_head() -> bool:
+    """Whether the command gave up on a step of Ray Client because the head could not be
+    reached: what is left would only wait for the head (Ray's exit handlers wait for a minute
+    or more), so the process ends at once, its output flushed."""
+    from clonefleet.cluster import client_steps_left_behind
+
+    if not client_steps_left_behind():
+        return False
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return True
 
 
 def _nothing_left_to_finish() -> bool:

@@ -19,6 +19,7 @@ from clonefleet.cluster._connect import NAMESPACE as NAMESPACE
 from clonefleet.cluster._connect import SCHEDULER_NAME as SCHEDULER_NAME
 from clonefleet.cluster._connect import ClusterConfig as ClusterConfig
 from clonefleet.cluster._connect import ClusterSession as ClusterSession
+from clonefleet.cluster._connect import client_steps_left_behind as client_steps_left_behind
 from clonefleet.cluster._connect import loopback_environment as loopback_environment
 from clonefleet.cluster._connect import named_actor_exists as named_actor_exists
 from clonefleet.cluster._connect import stop_current_session as stop_current_session
@@ -46,6 +47,7 @@ __all__ = [
     "NoAnswer",
     "cache_dir",
     "call_with_deadline",
+    "client_steps_left_behind",
     "client_step",
     "connecting_step",
     "cluster_down",

@@ -40,6 +40,7 @@ __all__ = [
     "ClusterSession",
     "loopback_environment",
     "cluster_unreachable",
+    "client_steps_left_behind",
     "through_client",
     "named_actor_exists",
     "stop_current_session",
@@ -426,17 +427,31 @@ def while_reachable(
             done.set()
 
     late = None if give_up_s is None else time.monotonic() + give_up_s
-    threading.Thread(target=run, name="clonefleet-client-step", daemon=True).start()
+    thread = threading.Thread(target=run, name="clonefleet-client-step", daemon=True)
+    thread.start()
     if not done.wait(quiet_s):
         while not done.wait(CLIENT_PROBE_S):
             if (why := _gcs_refuses(endpoint, CLIENT_PROBE_S)) is not None:
+                _left_behind.append(thread)
                 raise ClusterError(client_unreachable_message(endpoint, why))
             if late is not None and time.monotonic() > late:
+                _left_behind.append(thread)
                 raise StillRunning
     ok, value = outcome[0]
     if ok:
         return cast(T, value)
     raise value
+
+
+_left_behind: list[threading.Thread] = []
+"""Ray Client steps given up on (:func:`while_reachable`), perhaps still running."""
+
+
+def client_steps_left_behind() -> bool:
+    """Whether a Ray Client step this process gave up on still runs: Ray's own exit handlers
+    would then wait for the head (a minute or more), so a command ends its process at once
+    (``clonefleet.cli``'s ``entry``)."""
+    return any(thread.is_alive() for thread in _left_behind)
 
 
 class _NoThreadSigtermNotice(logging.Filter):

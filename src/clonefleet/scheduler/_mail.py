@@ -173,18 +173,24 @@ class Mailroom:
 
     # -- from the hosts ----------------------------------------------------------------------
     def started(self, host: HostCalls, job_ids: Sequence[str], resumed: Mapping[str, Any]) -> None:
-        """A host accepted these jobs: hand it what waited for them; a resumed clone also asks
-        the inbox for what its checkpoint lacks."""
+        """A host accepted these jobs: hand it what waited for them. A clone started again (its
+        host died, or the scheduler restarted) also asks the inbox for what its checkpoint
+        lacks: everything, when it restarted before its first checkpoint (the clone that died
+        may have taken deliveries that no checkpoint recorded)."""
         batch = [item for j in job_ids for item in self._waiting.pop(j, ())]
         if batch:
             self._spawn(self._hand(host, batch))
         again = [
-            (j, list((state_of(resumed[j]) or {}).get("delivered") or []))
+            (j, list((state_of(resumed.get(j)) or {}).get("delivered") or []))
             for j in job_ids
-            if j in resumed
+            if j in resumed or self._restarted(j)
         ]
         if again and self.link is not None:
             self._spawn(self._resend(again))
+
+    def _restarted(self, job_id: str) -> bool:
+        rec = self._table.jobs.get(job_id)
+        return rec is not None and rec.restarts > 0
 
     async def _resend(self, jobs: list[tuple[str, list[str]]]) -> None:
         if self.link is not None:

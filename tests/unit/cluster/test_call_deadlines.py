@@ -73,7 +73,7 @@ def test_a_client_step_cut_off_from_the_head_ends_saying_so(through_client):
     import socket
     import threading
 
-    from clonefleet.cluster import NoAnswer, client_step
+    from clonefleet.cluster import NoAnswer, _connect, client_step, client_steps_left_behind
     from clonefleet.errors import ClusterError
 
     released = threading.Event()
@@ -89,10 +89,15 @@ def test_a_client_step_cut_off_from_the_head_ends_saying_so(through_client):
         listening.close()  # cut off
         with pytest.raises(ClusterError) as failed:
             client_step(lambda: released.wait(10), 0.05)
+        # The step given up on still runs: a command then ends its process at once.
+        assert client_steps_left_behind()
     finally:
         released.set()
         listening.close()
     assert f"ray://127.0.0.1:{port} cannot be reached from here" in str(failed.value)
+    for thread in _connect._left_behind:
+        thread.join(5)
+    assert not client_steps_left_behind()
 
 
 def test_without_ray_client_a_step_runs_on_the_callers_thread():

@@ -225,3 +225,25 @@ async def test_a_clone_resumed_on_another_host_asks_the_inbox_for_what_its_check
     await core.cancel_many([out["batch_id"]])
     assert (await core.job_block(ids, timeout_seconds=10))["done"]
     await core.aclose()
+
+
+async def test_a_clone_restarted_before_its_first_checkpoint_asks_the_inbox_for_everything():
+    """Its dead clone may have taken deliveries no checkpoint recorded: the new one asks for
+    every delivery of its job (the clone skips none it has, since it has none)."""
+    pool = LocalHosts()
+    core = SchedulerCore(pool)
+    link = RecordingLink()
+    core.mail.link = link
+    never = partial(make_submission, restarts=2, checkpoint_s=3600.0)  # none ships in time
+    out = await core.submit(never(core, 2, script=SLOW, per=2))
+    ids = out["job_ids"]
+    await wait_until(lambda: all(core.jobs[j].progress for j in ids))  # a turn taken
+    first = core.jobs[ids[0]].host_id
+    assert not any(j in core.table.checkpoints for j in ids)
+    pool.host(first).kill()
+    await wait_until(lambda: len(link.resent) == 2)
+    assert sorted(link.resent) == sorted((j, []) for j in ids)
+    assert all(core.jobs[j].restarts == 1 for j in ids)
+    await core.cancel_many([out["batch_id"]])
+    assert (await core.job_block(ids, timeout_seconds=10))["done"]
+    await core.aclose()
