@@ -75,7 +75,10 @@ import ray
 from clonefleet import Fleet
 
 fleet = Fleet(sys.argv[1], config=sys.argv[2])
-batch = fleet.spawn("general-purpose", "partition {{ clone.index }}", count=int(sys.argv[3]))
+# Hosts of 5 clones, made round-robin over the nodes: every node that runs gets some.
+batch = fleet.spawn(
+    "general-purpose", "partition {{ clone.index }}", count=int(sys.argv[3]), clones_per_actor=5
+)
 print(json.dumps({"batch": batch.batch_id}), flush=True)
 asked = queue.Queue()  # job ids to send a message to, one JSON list a line on stdin
 threading.Thread(target=lambda: [asked.put(json.loads(x)) for x in sys.stdin], daemon=True).start()
