@@ -109,7 +109,8 @@ def entry() -> None:
     cannot be flushed) gets the ordinary exit.
     """
     code = main()
-    if _nothing_left_to_finish() or _cut_off_from_the_head():
+    # Cut off first: asking Ray Client whether it is connected would wait for the head.
+    if _cut_off_from_the_head() or _nothing_left_to_finish():
         os._exit(code)
     raise SystemExit(code)
 

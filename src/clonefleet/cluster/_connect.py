@@ -430,13 +430,15 @@ def while_reachable(
     thread = threading.Thread(target=run, name="clonefleet-client-step", daemon=True)
     thread.start()
     if not done.wait(quiet_s):
-        while not done.wait(CLIENT_PROBE_S):
+        while True:
             if (why := _gcs_refuses(endpoint, CLIENT_PROBE_S)) is not None:
                 _left_behind.append(thread)
                 raise ClusterError(client_unreachable_message(endpoint, why))
             if late is not None and time.monotonic() > late:
                 _left_behind.append(thread)
                 raise StillRunning
+            if done.wait(CLIENT_PROBE_S):
+                break
     ok, value = outcome[0]
     if ok:
         return cast(T, value)
